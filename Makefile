@@ -1,0 +1,59 @@
+# Strand: `make run` serves the app, `make test` runs every test. Both set everything up.
+SHELL := /bin/bash
+.DEFAULT_GOAL := run
+
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.strand-installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# The first Python >= 3.11 on PATH.
+PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	&& { echo $$p; break; }; done)
+
+.PHONY: run test setup migrate demo lint typecheck pytest browser-deps bench clean
+
+setup: $(STAMP) migrate
+
+$(STAMP): pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then \
+		echo "Strand needs Python 3.11 or newer; found: $$(python3 --version 2>&1 || echo 'no python3')." >&2; \
+		echo "Install python3.11 (or newer) and run make again." >&2; exit 1; fi
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+migrate: $(STAMP)
+	@$(BIN)/python manage.py migrate --verbosity 0
+
+demo: setup
+	@$(BIN)/python manage.py demo
+
+run: setup demo
+	@echo "Strand: http://$(HOST):$(PORT)/"
+	$(BIN)/daphne -b $(HOST) -p $(PORT) config.asgi:application
+
+# Debian's chromium for the browser tests, installed when it is missing.
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "Installing Debian's chromium for the browser tests..."; \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy .
+
+test: setup browser-deps lint typecheck
+	$(BIN)/pytest -m "not browser" -q
+	$(BIN)/pytest -m browser -q -p no:randomly; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .strand

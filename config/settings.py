@@ -1,0 +1,160 @@
+"""Settings, read from the environment (12-factor).
+
+DATABASE_URL  postgres://user:pass@host:port/name (unset: the embedded Postgres)
+REDIS_URL     redis://host:port/0 for the channel layer (unset: in-memory, one process)
+SECRET_KEY, DEBUG, ALLOWED_HOSTS (comma-separated)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+STATE_DIR = Path(os.environ.get("STRAND_STATE_DIR", BASE_DIR / ".strand"))
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _secret_key() -> str:
+    if key := os.environ.get("SECRET_KEY"):
+        return key
+    # A local, generated key that survives restarts (sign-in cookies stay valid).
+    path = STATE_DIR / "secret_key"
+    if not path.exists():
+        import secrets
+
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _database_from_url(url: str) -> dict[str, object]:
+    parts = urlparse(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ValueError(f"DATABASE_URL must be a postgres:// URL, got scheme {parts.scheme!r}")
+    query = parse_qs(parts.query)
+    host = unquote(parts.hostname or "") or query.get("host", [""])[0]
+    name = unquote(parts.path.lstrip("/")) or "postgres"
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": unquote(parts.username or "") or "postgres",
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": host,
+        "PORT": str(parts.port or query.get("port", [""])[0] or ""),
+        "CONN_MAX_AGE": 0,
+        # The live-server test case renames NAME itself; spelling TEST out avoids test_test_.
+        "TEST": {"NAME": f"test_{name}"},
+    }
+
+
+def _database_url() -> str:
+    if url := os.environ.get("DATABASE_URL"):
+        return url
+    from config.embedded_pg import embedded_database_url
+
+    url = embedded_database_url(STATE_DIR / "pgdata")
+    # Children (daphne in tests, management commands) reuse the running server.
+    os.environ["DATABASE_URL"] = url
+    return url
+
+
+SECRET_KEY = _secret_key()
+DEBUG = _env_bool("DEBUG", False)
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "template_partials",
+    "channels",
+    "sessions_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+DATABASES = {"default": _database_from_url(_database_url())}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if redis_url := os.environ.get("REDIS_URL"):
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_url]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = STATE_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django.request": {"handlers": ["stderr"], "level": "ERROR"},
+        "strand": {"handlers": ["stderr"], "level": os.environ.get("STRAND_LOG_LEVEL", "INFO")},
+    },
+}
+
+# --- Strand ------------------------------------------------------------------------------
+
+# The account that local commands and `make run` act as when no --owner is given.
+STRAND_LOCAL_USER = os.environ.get("STRAND_LOCAL_USER", "local")
+# Largest accepted event, as JSON bytes, and most events in one append.
+STRAND_MAX_EVENT_BYTES = int(os.environ.get("STRAND_MAX_EVENT_BYTES", str(1024 * 1024)))
+STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))

@@ -1,0 +1,350 @@
+"""The event vocabulary: every event type, its schema version, its upcasters, one loader.
+
+An event is a past-tense fact about a session. Each type is one small pydantic model that
+validates the event's `data`. Stored events are never rewritten: an event written under an
+older schema version is upcast on read by `load_event`, the one place that applies the chain.
+
+Entry events carry a whole Pi v3 entry under `data["entry"]` (type, id, parentId, timestamp
+and the type's own fields), exactly as Pi would write it to its file. The store fills `id`,
+`parentId` and `timestamp` when the writer leaves them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+JSON = dict[str, Any]
+
+
+class EventError(ValueError):
+    """An event that cannot be accepted or loaded; the message says why."""
+
+
+class UnknownEventType(EventError):
+    pass
+
+
+class EventData(BaseModel):
+    """Base of every event's data. Unknown keys are kept: newer writers may add fields."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: ClassVar[str]
+    version: ClassVar[int] = 1
+    # The Pi entry type this event adds to the tree, if it adds one.
+    entry_type: ClassVar[str | None] = None
+
+
+# --- session ---------------------------------------------------------------------------
+
+
+class SessionCreated(EventData):
+    type = "session/created"
+    title: str = ""
+    cwd: str = ""
+    preset: JSON = Field(default_factory=dict)
+    source: Literal["new", "fork", "import:pi"] = "new"
+    parent_session: str | None = None
+    fork_point: str | None = None
+    pi_header: JSON | None = None
+
+
+class SessionRenamed(EventData):
+    type = "session/renamed"
+    title: str = Field(max_length=500)
+
+
+# --- entries -----------------------------------------------------------------------------
+
+
+class EntryEvent(EventData):
+    """An event that adds exactly one entry to the tree."""
+
+    entry: JSON
+    # Set only by Pi import: the entry's parentId names no entry of the session (Pi keeps
+    # such entries as roots of their own path, and so do we).
+    orphan: bool = False
+    roles: ClassVar[tuple[str, ...] | None] = None
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_shape(cls, entry: JSON) -> JSON:
+        if entry.get("type") != cls.entry_type:
+            raise ValueError(f"entry type must be {cls.entry_type!r}, got {entry.get('type')!r}")
+        for key in ("id", "parentId", "timestamp"):
+            if key in entry and entry[key] is not None and not isinstance(entry[key], str):
+                raise ValueError(f"entry {key} must be a string")
+        if "id" in entry and not entry["id"]:
+            raise ValueError("entry id must not be empty")
+        if cls.roles is not None:
+            message = entry.get("message")
+            if not isinstance(message, dict):
+                raise ValueError("a message entry needs a 'message' object")
+            if message.get("role") not in cls.roles:
+                raise ValueError(
+                    f"message role must be one of {list(cls.roles)}, got {message.get('role')!r}"
+                )
+        return entry
+
+
+class UserMessage(EntryEvent):
+    type = "user/message"
+    entry_type = "message"
+    roles = ("user",)
+
+
+class AssistantMessage(EntryEvent):
+    type = "assistant/message"
+    entry_type = "message"
+    roles = ("assistant",)
+    # Runtime measurements that are not part of Pi's message: time to first token and the
+    # whole model call, in milliseconds.
+    timing: JSON = Field(default_factory=dict)
+
+
+class ToolResult(EntryEvent):
+    type = "tool/result"
+    entry_type = "message"
+    roles = ("toolResult",)
+    error_code: str | None = None
+
+
+class OtherMessage(EntryEvent):
+    """Message entries of Pi's other roles: bashExecution, custom (and v2's hookMessage)."""
+
+    type = "entry/message"
+    entry_type = "message"
+    roles = ("bashExecution", "custom", "hookMessage")
+
+
+def _entry_event(name: str, pi_type: str) -> type[EntryEvent]:
+    return type(name, (EntryEvent,), {"type": f"entry/{pi_type}", "entry_type": pi_type})
+
+
+ModelChange = _entry_event("ModelChange", "model_change")
+ThinkingLevelChange = _entry_event("ThinkingLevelChange", "thinking_level_change")
+Compaction = _entry_event("Compaction", "compaction")
+BranchSummary = _entry_event("BranchSummary", "branch_summary")
+CustomEntry = _entry_event("CustomEntry", "custom")
+CustomMessage = _entry_event("CustomMessage", "custom_message")
+Label = _entry_event("Label", "label")
+SessionInfo = _entry_event("SessionInfo", "session_info")
+
+
+# --- the leaf ----------------------------------------------------------------------------
+
+
+class LeafMoved(EventData):
+    type = "leaf/moved"
+    # `from` is a Python keyword; the stored key is still "from".
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    from_: str | None = Field(default=None, alias="from")
+    to: str | None
+    reason: Literal["navigate", "fork", "retry", "import"] = "navigate"
+
+
+# --- turns and steps ---------------------------------------------------------------------
+
+
+class TurnStart(EventData):
+    type = "turn/start"
+    turn: int = Field(ge=0)
+    trigger: Literal["message", "follow_up"] = "message"
+
+
+class TurnEnd(EventData):
+    type = "turn/end"
+    turn: int = Field(ge=0)
+    reason: Literal["completed", "aborted", "error", "max_tokens", "interrupted"]
+    error: str | None = None
+
+
+class StepStart(EventData):
+    type = "step/start"
+    turn: int = Field(ge=0)
+    step: int = Field(ge=0)
+
+
+class StepEnd(EventData):
+    type = "step/end"
+    turn: int = Field(ge=0)
+    step: int = Field(ge=0)
+    reason: str = "completed"
+
+
+# --- model requests ----------------------------------------------------------------------
+
+
+class RequestHeader(EventData):
+    type = "request/header"
+    reason: Literal["initial", "resume", "change"]
+    provider: str
+    model: str
+    params: JSON = Field(default_factory=dict)
+    system_prompt: str = ""
+    tools: list[JSON] = Field(default_factory=list)
+    thinking_level: str = "off"
+
+
+class RequestSent(EventData):
+    type = "request/sent"
+    header_seq: int = Field(ge=0)
+    leaf_entry_id: str | None
+    payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    token_estimate: int = Field(ge=0)
+
+
+# --- tools and approvals -----------------------------------------------------------------
+
+
+class ToolCall(EventData):
+    type = "tool/call"
+    call_id: str
+    tool: str
+    arguments: str = ""
+
+
+class ApprovalAsked(EventData):
+    type = "approval/asked"
+    approval_id: str
+    tool: str
+    call_id: str
+    arguments: str = ""
+
+
+class ApprovalDecided(EventData):
+    type = "approval/decided"
+    approval_id: str
+    outcome: Literal["allowed", "rejected", "cancelled"]
+    by: str | None = None
+
+
+# --- input during a turn -----------------------------------------------------------------
+
+
+class InboxQueued(EventData):
+    type = "inbox/queued"
+    inbox_id: str
+    target: Literal["next_step", "next_turn"]
+    text: str
+
+
+class InboxClaimed(EventData):
+    type = "inbox/claimed"
+    inbox_id: str
+
+
+EVENT_TYPES: dict[str, type[EventData]] = {
+    cls.type: cls
+    for cls in (
+        SessionCreated,
+        SessionRenamed,
+        UserMessage,
+        AssistantMessage,
+        ToolResult,
+        OtherMessage,
+        ModelChange,
+        ThinkingLevelChange,
+        Compaction,
+        BranchSummary,
+        CustomEntry,
+        CustomMessage,
+        Label,
+        SessionInfo,
+        LeafMoved,
+        TurnStart,
+        TurnEnd,
+        StepStart,
+        StepEnd,
+        RequestHeader,
+        RequestSent,
+        ToolCall,
+        ApprovalAsked,
+        ApprovalDecided,
+        InboxQueued,
+        InboxClaimed,
+    )
+}
+
+# Pi entry type (and message role) → the event type that adds such an entry.
+_MESSAGE_EVENT_BY_ROLE = {
+    "user": "user/message",
+    "assistant": "assistant/message",
+    "toolResult": "tool/result",
+}
+
+
+def event_type_for_entry(entry: Mapping[str, Any]) -> str:
+    """The event type that adds `entry` (a Pi v3 entry) to a session."""
+    pi_type = entry.get("type")
+    if pi_type == "message":
+        message = entry.get("message")
+        role = message.get("role") if isinstance(message, dict) else None
+        return _MESSAGE_EVENT_BY_ROLE.get(str(role), "entry/message")
+    name = f"entry/{pi_type}"
+    if name not in EVENT_TYPES:
+        raise UnknownEventType(f"no event adds Pi entries of type {pi_type!r}")
+    return name
+
+
+# --- upcasting ---------------------------------------------------------------------------
+
+Upcaster = Callable[[JSON], JSON]
+
+# (type, from_version) → function returning the data at from_version + 1. Every type is at
+# version 1 today; a change to a schema adds one function here and bumps the class version.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcast(event_type: str, version: int, data: JSON) -> tuple[int, JSON]:
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None:
+        return version, data
+    while version < cls.version:
+        step = UPCASTERS.get((event_type, version))
+        if step is None:
+            raise EventError(f"{event_type}: no upcaster from schema version {version}")
+        data = step(data)
+        version += 1
+    return version, data
+
+
+def load_event(event_type: str, version: int, data: JSON, *, ignorable: bool = False) -> JSON | None:
+    """Bring stored data to the current schema version.
+
+    Returns None for an unknown type that was written as ignorable (a newer writer's
+    optional fact). An unknown type that is not ignorable is an error, never silently lost.
+    """
+    if event_type not in EVENT_TYPES:
+        if ignorable:
+            return None
+        raise UnknownEventType(f"unknown event type {event_type!r} (not ignorable)")
+    if version > EVENT_TYPES[event_type].version:
+        raise EventError(
+            f"{event_type}: schema version {version} is newer than this code knows "
+            f"({EVENT_TYPES[event_type].version})"
+        )
+    return upcast(event_type, version, data)[1]
+
+
+def validate_event(event_type: str, data: Any, *, ignorable: bool = False) -> EventData | None:
+    """Validate an event about to be written. Returns the parsed model (None if ignorable
+    and unknown). Raises EventError with a readable message."""
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None:
+        if ignorable:
+            if not isinstance(data, dict):
+                raise EventError(f"{event_type}: data must be a JSON object")
+            return None
+        raise UnknownEventType(f"unknown event type {event_type!r}")
+    if not isinstance(data, dict):
+        raise EventError(f"{event_type}: data must be a JSON object")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "data"
+        raise EventError(f"{event_type}: {where}: {first['msg']}") from None

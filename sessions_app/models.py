@@ -1,0 +1,119 @@
+"""Session, Event, Entry (DESIGN §2). Fields, constraints and indexes only: nothing here writes.
+
+Events and entries are written by `sessions_app.store` alone, and a trigger (migration 0002)
+refuses UPDATE and DELETE on both tables.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Session(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="strand_sessions"
+    )
+    title = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Last time an event was appended: the session list sorts by it.
+    updated_at = models.DateTimeField(auto_now_add=True)
+    cwd = models.CharField(max_length=4096, blank=True, default="")
+    # Agent preset: provider, model, system prompt, tool set, thinking level.
+    preset = models.JSONField(default=dict, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    fork_point = models.CharField(max_length=64, blank=True, default="")
+    # Seq of the newest event, -1 when the log is empty. Its row is the append lock.
+    last_seq = models.BigIntegerField(default=-1)
+    leaf_entry_id = models.CharField(max_length=64, null=True, blank=True)
+    format_version = models.PositiveSmallIntegerField(default=3)
+    # Counters kept by the append path for the session list.
+    message_count = models.IntegerField(default=0)
+    token_count = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"], name="session_owner_updated")]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {str(self.id)[:8]}"
+
+
+class Event(models.Model):
+    """One fact of a session's append-only log, keyed by (session, seq).
+
+    The unique (session, seq) key is the concurrency check. The surrogate `id` exists only
+    because Django 5.2's admin cannot register a model with a composite primary key; nothing
+    pages or joins by it (concurrent commits land out of id order).
+    """
+
+    session = models.ForeignKey(Session, on_delete=models.DO_NOTHING, related_name="events")
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=64)
+    schema_version = models.PositiveSmallIntegerField(default=1)
+    time = models.DateTimeField()
+    data = models.JSONField()
+    entry_id = models.CharField(max_length=64, null=True, blank=True)
+    turn = models.IntegerField(null=True, blank=True)
+    step = models.IntegerField(null=True, blank=True)
+    ignorable = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="event_session_seq"),
+        ]
+        indexes = [models.Index(fields=["type", "time"], name="event_type_time")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"
+
+
+class Entry(models.Model):
+    """One node of the conversation tree, Pi-compatible; a projection of the event log."""
+
+    session = models.ForeignKey(Session, on_delete=models.DO_NOTHING, related_name="entries")
+    # Pi's id (8 hex chars for entries Pi made); unique within a session.
+    entry_id = models.CharField(max_length=64)
+    parent_id = models.CharField(max_length=64, null=True, blank=True)
+    type = models.CharField(max_length=32)
+    # The entry exactly as Pi writes it to its file.
+    data = models.JSONField()
+    timestamp = models.CharField(max_length=64)
+    seq = models.BigIntegerField()
+    depth = models.IntegerField()
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "entry_id"], name="entry_session_id"),
+        ]
+        indexes = [
+            models.Index(fields=["session", "parent_id"], name="entry_session_parent"),
+            models.Index(fields=["session", "seq"], name="entry_session_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}/{self.entry_id} {self.type}"
+
+
+class SessionDeletion(models.Model):
+    """Audit row written by the one service that deletes a whole session."""
+
+    session_id = models.UUIDField()
+    title = models.CharField(max_length=500, blank=True, default="")
+    owner_username = models.CharField(max_length=150)
+    deleted_by = models.CharField(max_length=150)
+    deleted_at = models.DateTimeField(auto_now_add=True)
+    event_count = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["-deleted_at"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} deleted by {self.deleted_by}"

@@ -1,0 +1,200 @@
+"""Writes that users ask for. Each one goes through `store.append_events`."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+
+from sessions_app import store
+from sessions_app.models import Session, SessionDeletion
+from sessions_app.store import NewEvent, StoreError
+
+log = logging.getLogger("strand.sessions")
+
+DEFAULT_PRESET: dict[str, Any] = {
+    "name": "offline",
+    "provider": "offline",
+    "model": "strand-offline-1",
+    "system_prompt": "You are a helpful assistant working in the user's project directory.",
+    "tools": ["read_file", "list_files", "grep", "write_file"],
+    "thinking_level": "off",
+}
+
+
+def user_get_or_create_local(*, username: str | None = None) -> AbstractBaseUser:
+    """The account local commands act as (STRAND_LOCAL_USER), created on demand."""
+    name = username or settings.STRAND_LOCAL_USER
+    user, _ = get_user_model().objects.get_or_create(username=name)
+    return user
+
+
+def user_by_name(username: str | None) -> AbstractBaseUser:
+    """`--owner USERNAME`: an existing account, or the local account when None."""
+    if username is None:
+        return user_get_or_create_local()
+    try:
+        return get_user_model().objects.get(username=username)
+    except get_user_model().DoesNotExist:
+        raise StoreError(f"no user named {username!r}") from None
+
+
+def session_create(
+    *,
+    owner: AbstractBaseUser,
+    title: str = "",
+    cwd: str = "",
+    preset: Mapping[str, Any] | None = None,
+    source: str = "new",
+    parent: Session | None = None,
+    fork_point: str | None = None,
+    pi_header: Mapping[str, Any] | None = None,
+) -> Session:
+    """A new session with its `session/created` event at seq 0."""
+    if len(title) > 500:
+        raise StoreError("title is longer than 500 characters")
+    chosen = {**DEFAULT_PRESET, **(preset or {})}
+    with transaction.atomic():
+        session = Session.objects.create(
+            owner=owner,
+            title=title,
+            cwd=cwd,
+            preset=chosen,
+            parent=parent,
+            fork_point=fork_point or "",
+        )
+        data: dict[str, Any] = {
+            "title": title,
+            "cwd": cwd,
+            "preset": chosen,
+            "source": source,
+            "parent_session": str(parent.id) if parent else None,
+            "fork_point": fork_point,
+        }
+        if pi_header is not None:
+            data["pi_header"] = dict(pi_header)
+        store.append_events(session.id, -1, [NewEvent("session/created", data)])
+    session.refresh_from_db()
+    return session
+
+
+def session_rename(*, session: Session, title: str) -> Session:
+    title = title.strip()
+    if not title:
+        raise StoreError("a title must not be empty")
+    _append_at_head(session, [NewEvent("session/renamed", {"title": title})])
+    session.refresh_from_db()
+    return session
+
+
+def session_move_leaf(
+    *, session: Session, to: str | None, reason: str = "navigate"
+) -> store.AppendResult:
+    """Point the current leaf at any entry (or None: the next entry starts a new root)."""
+    return _append_at_head(session, [NewEvent("leaf/moved", {"to": to, "reason": reason})])
+
+
+def session_fork(
+    *, session: Session, entry_id: str, owner: AbstractBaseUser, title: str | None = None
+) -> Session:
+    """A new session holding the root→entry path, as Pi's /fork does.
+
+    Label entries are left out of the copied path and re-applied at its end, as Pi does, so
+    the new session carries the labels of the entries it copied.
+    """
+    path = store.path_to_root(session.id, entry_id)
+    if not path:
+        raise StoreError(f"{entry_id!r} is not an entry of session {session.id}")
+    labels = _labels_on(session.id, {e.id for e in path})
+    with transaction.atomic():
+        fork = session_create(
+            owner=owner,
+            title=title if title is not None else f"{session.title or 'Session'} (fork)",
+            cwd=session.cwd,
+            preset=session.preset,
+            source="fork",
+            parent=session,
+            fork_point=entry_id,
+        )
+        copied = [e for e in path if e.type != "label"]
+        events = [NewEvent(_event_type(e.data), {"entry": dict(e.data)}) for e in copied]
+        # The copied path is linear: re-chain around the labels that were left out.
+        previous: str | None = None
+        for event in events:
+            event.data["entry"]["parentId"] = previous  # type: ignore[index]
+            previous = event.data["entry"]["id"]  # type: ignore[index]
+        for target, label in labels.items():
+            events.append(NewEvent("entry/label", {"entry": {"type": "label", "targetId": target, "label": label}}))
+        for chunk_start in range(0, len(events), settings.STRAND_MAX_BATCH):
+            chunk = events[chunk_start : chunk_start + settings.STRAND_MAX_BATCH]
+            fork.refresh_from_db(fields=["last_seq"])
+            store.append_events(fork.id, fork.last_seq, chunk)
+    fork.refresh_from_db()
+    return fork
+
+
+def _event_type(entry: Mapping[str, Any]) -> str:
+    from sessions_app.events import event_type_for_entry
+
+    return event_type_for_entry(entry)
+
+
+def _labels_on(session_id: uuid.UUID, ids: set[str]) -> dict[str, str]:
+    """Labels in force for `ids`: last writer wins in file order, an empty label clears."""
+    labels: dict[str, str] = {}
+    for entry in store.entries_of(session_id):
+        if entry.type != "label":
+            continue
+        target = entry.data.get("targetId")
+        if target not in ids:
+            continue
+        label = entry.data.get("label")
+        if label:
+            labels[target] = label
+        else:
+            labels.pop(target, None)
+    return labels
+
+
+def session_delete(*, session: Session, by: AbstractBaseUser) -> None:
+    """Delete a whole session: the one operation that lifts the append-only guard.
+
+    The guard is lifted for this session only, for this transaction only, and an audit row
+    records who deleted what.
+    """
+    sid = str(session.id)
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT last_seq FROM sessions_app_session WHERE id = %s FOR UPDATE", [sid])
+        row = cur.fetchone()
+        if row is None:
+            raise store.SessionNotFound(f"no session {sid}")
+        cur.execute("SELECT set_config('strand.deleting_session', %s, true)", [sid])
+        cur.execute("DELETE FROM sessions_app_entry WHERE session_id = %s", [sid])
+        cur.execute("DELETE FROM sessions_app_event WHERE session_id = %s", [sid])
+        cur.execute("UPDATE sessions_app_session SET parent_id = NULL WHERE parent_id = %s", [sid])
+        cur.execute("DELETE FROM sessions_app_session WHERE id = %s", [sid])
+        SessionDeletion.objects.create(
+            session_id=session.id,
+            title=session.title,
+            owner_username=session.owner.get_username(),
+            deleted_by=by.get_username(),
+            event_count=row[0] + 1,
+        )
+    log.info("session %s deleted by %s (%d events)", sid, by.get_username(), row[0] + 1)
+
+
+def _append_at_head(session: Session, events: list[NewEvent]) -> store.AppendResult:
+    """Append after whatever the session holds now (for writes that do not race a view)."""
+    for _ in range(20):
+        session.refresh_from_db(fields=["last_seq"])
+        try:
+            return store.append_events(session.id, session.last_seq, events)
+        except store.ConcurrencyError:
+            continue
+    raise store.ConcurrencyError(session.last_seq, session.last_seq)

@@ -1,0 +1,190 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import DatabaseError, connection, connections, transaction
+from django.test import override_settings
+
+from sessions_app import services, store
+from sessions_app.models import Entry, Event, Session
+from sessions_app.store import ConcurrencyError, InvalidEvent, NewEvent, TooLarge
+
+
+def user_msg(text: str, **entry: object) -> NewEvent:
+    return NewEvent(
+        "user/message",
+        {"entry": {"type": "message", "message": {"role": "user", "content": text}, **entry}},
+    )
+
+
+def snapshot(session: Session) -> tuple:
+    session.refresh_from_db()
+    return (
+        session.last_seq,
+        session.leaf_entry_id,
+        list(Event.objects.filter(session=session).values_list("seq", "type", "data")),
+        list(Entry.objects.filter(session=session).values_list("entry_id", "parent_id", "data")),
+    )
+
+
+@pytest.fixture
+def session(alice):
+    return services.session_create(owner=alice, title="t")
+
+
+@pytest.mark.django_db
+def test_session_starts_with_created_event_at_seq_zero(session):
+    events = store.events_after(session.id)
+    assert [(e.seq, e.type) for e in events] == [(0, "session/created")]
+    assert session.last_seq == 0
+
+
+@pytest.mark.django_db
+def test_entry_parent_defaults_to_current_leaf_and_leaf_follows(session):
+    first = store.append_events(session.id, 0, [user_msg("one")])
+    second = store.append_events(session.id, 1, [user_msg("two")])
+    session.refresh_from_db()
+    a, b = first.entry_ids[0], second.entry_ids[0]
+    assert session.leaf_entry_id == b
+    entries = store.entries_of(session.id)
+    assert [(e.id, e.parent_id) for e in entries] == [(a, None), (b, a)]
+    assert entries[1].data["parentId"] == a
+    assert len(a) == 8 and int(a, 16) >= 0
+    # The event carries the completed entry, so the tree can be rebuilt from the log.
+    assert store.events_after(session.id, 0)[0].data["entry"] == dict(entries[0].data)
+
+
+@pytest.mark.django_db
+def test_append_rejects_stale_expected_seq(session):
+    store.append_events(session.id, 0, [user_msg("one")])
+    before = snapshot(session)
+    with pytest.raises(ConcurrencyError) as info:
+        store.append_events(session.id, 0, [user_msg("late")])
+    assert info.value.current_seq == 1
+    assert snapshot(session) == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (NewEvent("nope/unknown", {}), "unknown event type"),
+        (user_msg("x", parentId="deadbeef"), "not an entry of this session"),
+        (NewEvent("user/message", {"entry": {"type": "message", "message": {"role": "assistant"}}}), "role"),
+        (NewEvent("turn/end", {"turn": 0, "reason": "exploded"}), "reason"),
+        (NewEvent("user/message", {"entry": {"type": "message", "message": {"role": "user", "content": {1, 2}}}}), "not JSON"),
+        (NewEvent("user/message", {"entry": {"type": "message", "message": {"role": "user", "content": float("nan")}}}), "not JSON"),
+        (NewEvent("leaf/moved", {"to": "cafebabe"}), "not an entry"),
+    ],
+)
+def test_bad_batch_is_refused_whole(session, bad, message):
+    before = snapshot(session)
+    with pytest.raises(InvalidEvent, match=message):
+        store.append_events(session.id, 0, [user_msg("fine"), bad])
+    assert snapshot(session) == before
+
+
+@pytest.mark.django_db
+def test_oversize_event_and_batch_are_refused(session):
+    before = snapshot(session)
+    with override_settings(STRAND_MAX_EVENT_BYTES=1000), pytest.raises(TooLarge, match="over the limit"):
+        store.append_events(session.id, 0, [user_msg("x" * 2000)])
+    with override_settings(STRAND_MAX_BATCH=3), pytest.raises(TooLarge, match="batch of 4"):
+        store.append_events(session.id, 0, [user_msg(str(i)) for i in range(4)])
+    assert snapshot(session) == before
+
+
+@pytest.mark.django_db
+def test_default_event_size_limit_is_one_mebibyte(session):
+    with pytest.raises(TooLarge):
+        store.append_events(session.id, 0, [user_msg("x" * (1024 * 1024))])
+    store.append_events(session.id, 0, [user_msg("x" * (1024 * 1024 - 200))])
+
+
+@pytest.mark.django_db
+def test_duplicate_entry_id_is_refused(session):
+    store.append_events(session.id, 0, [user_msg("a", id="aaaaaaaa")])
+    with pytest.raises(InvalidEvent, match="already exists"):
+        store.append_events(session.id, 1, [user_msg("b", id="aaaaaaaa")])
+
+
+@pytest.mark.django_db
+def test_unknown_ignorable_event_is_stored_and_skipped_on_read(session):
+    store.append_events(session.id, 0, [NewEvent("future/thing", {"x": 1}, ignorable=True)])
+    assert [e.type for e in store.events_after(session.id)] == ["session/created"]
+    assert Event.objects.filter(session=session, type="future/thing").count() == 1
+
+
+@pytest.mark.django_db
+def test_events_after_pages_by_seq(session):
+    store.append_events(session.id, 0, [user_msg(str(i)) for i in range(10)])
+    page = store.events_after(session.id, 3, 4)
+    assert [e.seq for e in page] == [4, 5, 6, 7]
+
+
+@pytest.mark.django_db
+def test_path_to_root_follows_parents(session):
+    r = store.append_events(session.id, 0, [user_msg("a"), user_msg("b"), user_msg("c")])
+    a, b, c = r.entry_ids
+    services.session_move_leaf(session=session, to=a)
+    d = store.append_events(session.id, 4, [user_msg("d")]).entry_ids[0]
+    assert [e.id for e in store.path_to_root(session.id, c)] == [a, b, c]
+    assert [e.id for e in store.path_to_root(session.id, d)] == [a, d]
+    assert store.path_to_root(session.id, "missing0") == []
+
+
+@pytest.mark.django_db
+def test_update_and_delete_are_refused_by_the_database(session):
+    store.append_events(session.id, 0, [user_msg("a")])
+    statements = [
+        "UPDATE sessions_app_event SET type = 'x' WHERE session_id = %s",
+        "DELETE FROM sessions_app_event WHERE session_id = %s",
+        "UPDATE sessions_app_entry SET parent_id = 'x' WHERE session_id = %s",
+        "DELETE FROM sessions_app_entry WHERE session_id = %s",
+    ]
+    for sql in statements:
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cur:
+            cur.execute(sql, [str(session.id)])
+    assert Event.objects.filter(session=session).count() == 2
+    assert Entry.objects.filter(session=session).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_appends_are_gapless_and_tree_stays_valid(alice):
+    session = services.session_create(owner=alice, title="race")
+    threads, per_thread = 8, 200
+    errors: list[BaseException] = []
+    retries = [0] * threads
+
+    def writer(index: int) -> None:
+        try:
+            for i in range(per_thread):
+                while True:
+                    current = Session.objects.values_list("last_seq", flat=True).get(id=session.id)
+                    try:
+                        store.append_events(session.id, current, [user_msg(f"{index}-{i}")])
+                        break
+                    except ConcurrencyError:
+                        retries[index] += 1
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    pool = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors
+    seqs = list(Event.objects.filter(session=session).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(threads * per_thread + 1))  # + session/created at 0
+    entries = {e.id: e for e in store.entries_of(session.id)}
+    assert len(entries) == threads * per_thread
+    roots = [e for e in entries.values() if e.parent_id is None]
+    assert len(roots) == 1
+    assert all(e.parent_id is None or e.parent_id in entries for e in entries.values())
+    # Every append chained onto the leaf it saw under the lock: one linear path.
+    session.refresh_from_db()
+    assert len(store.path_to_root(session.id, session.leaf_entry_id)) == threads * per_thread
