@@ -10,18 +10,18 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi = get_asgi_application()
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from channels.sessions import CookieMiddleware  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 
 websocket_urlpatterns: list = []
 
 application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_asgi),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
     }
 )

@@ -69,7 +69,11 @@ def _database_url() -> str:
 
 SECRET_KEY = _secret_key()
 DEBUG = _env_bool("DEBUG", False)
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
+    if h.strip()
+]
 
 INSTALLED_APPS = [
     "daphne",

@@ -23,12 +23,30 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    list_display = ("title", "id", "owner", "updated_at", "last_seq", "message_count", "token_count")
+    list_display = (
+        "title",
+        "id",
+        "owner",
+        "updated_at",
+        "last_seq",
+        "message_count",
+        "token_count",
+    )
     list_filter = ("created_at", "owner")
     search_fields = ("title", "id", "owner__username")
     readonly_fields = (
-        "id", "owner", "created_at", "updated_at", "last_seq", "leaf_entry_id", "parent",
-        "fork_point", "format_version", "message_count", "token_count", "title",
+        "id",
+        "owner",
+        "created_at",
+        "updated_at",
+        "last_seq",
+        "leaf_entry_id",
+        "parent",
+        "fork_point",
+        "format_version",
+        "message_count",
+        "token_count",
+        "title",
     )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -60,5 +78,12 @@ class EntryAdmin(ReadOnlyAdmin):
 
 @admin.register(SessionDeletion)
 class SessionDeletionAdmin(ReadOnlyAdmin):
-    list_display = ("session_id", "title", "owner_username", "deleted_by", "deleted_at", "event_count")
+    list_display = (
+        "session_id",
+        "title",
+        "owner_username",
+        "deleted_by",
+        "deleted_at",
+        "event_count",
+    )
     search_fields = ("session_id", "title", "owner_username", "deleted_by")

@@ -312,7 +312,9 @@ def upcast(event_type: str, version: int, data: JSON) -> tuple[int, JSON]:
     return version, data
 
 
-def load_event(event_type: str, version: int, data: JSON, *, ignorable: bool = False) -> JSON | None:
+def load_event(
+    event_type: str, version: int, data: JSON, *, ignorable: bool = False
+) -> JSON | None:
     """Bring stored data to the current schema version.
 
     Returns None for an unknown type that was written as ignorable (a newer writer's

@@ -38,7 +38,8 @@ class Session(models.Model):
 
     class Meta:
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["owner", "-updated_at"], name="session_owner_updated")]
+        # No index on updated_at: every append updates it, and an indexed column would make
+        # each of those updates write to every index of the table (no HOT update).
 
     def __str__(self) -> str:
         return self.title or f"Session {str(self.id)[:8]}"

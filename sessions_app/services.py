@@ -130,7 +130,11 @@ def session_fork(
             event.data["entry"]["parentId"] = previous  # type: ignore[index]
             previous = event.data["entry"]["id"]  # type: ignore[index]
         for target, label in labels.items():
-            events.append(NewEvent("entry/label", {"entry": {"type": "label", "targetId": target, "label": label}}))
+            events.append(
+                NewEvent(
+                    "entry/label", {"entry": {"type": "label", "targetId": target, "label": label}}
+                )
+            )
         for chunk_start in range(0, len(events), settings.STRAND_MAX_BATCH):
             chunk = events[chunk_start : chunk_start + settings.STRAND_MAX_BATCH]
             fork.refresh_from_db(fields=["last_seq"])

@@ -24,12 +24,14 @@ import json
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from projections.records import EntryRecord, EventRecord
 from sessions_app import events as vocab
@@ -91,9 +93,10 @@ class _Prepared:
     event: NewEvent
     data: dict[str, Any]
     entry: dict[str, Any] | None = None
+    parent_given: bool = False
     orphan: bool = False
+    generated_id: bool = False
     json_text: str = ""
-    depth: int = 0
 
 
 def append_events(
@@ -107,37 +110,114 @@ def append_events(
             f"batch of {len(events)} events exceeds the limit of {settings.STRAND_MAX_BATCH}"
         )
     prepared = [_validate(e) for e in events]
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(
-            "SELECT s.last_seq, s.leaf_entry_id, e.depth FROM sessions_app_session s "
-            "LEFT JOIN sessions_app_entry e ON e.session_id = s.id AND e.entry_id = s.leaf_entry_id "
-            "WHERE s.id = %s FOR UPDATE OF s",
-            [str(session_id)],
-        )
-        row = cur.fetchone()
-        if row is None:
-            raise SessionNotFound(f"no session {session_id}")
-        last_seq, leaf, leaf_depth = row
-        if expected_seq != last_seq:
-            raise ConcurrencyError(expected_seq, last_seq)
-        now = datetime.now(UTC)
-        leaf, counters = _project_entries(cur, str(session_id), prepared, leaf, leaf_depth, now)
-        first = last_seq + 1
-        _insert(cur, str(session_id), first, prepared, now)
-        new_last = first + len(prepared) - 1
-        cur.execute(
-            "UPDATE sessions_app_session SET last_seq = %s, leaf_entry_id = %s, updated_at = %s, "
-            "message_count = message_count + %s, token_count = token_count + %s, "
-            "title = COALESCE(%s, title) WHERE id = %s",
-            [new_last, leaf, now, counters.messages, counters.tokens, counters.title, str(session_id)],
-        )
-        cur.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, f"{session_id}:{new_last}"])
+    _check_batch_ids(prepared)
+    for attempt in range(3):
+        try:
+            last_seq, leaf = _call_append(str(session_id), expected_seq, prepared)
+            break
+        except _GeneratedIdCollision:
+            # One of the 8-hex ids made here already names an entry: draw new ones.
+            if attempt == 2:
+                raise InvalidEvent("could not draw a free entry id") from None
+            for p in prepared:
+                if p.generated_id:
+                    _assign_id(p, _new_entry_id())
     return AppendResult(
-        first_seq=first,
-        last_seq=new_last,
+        first_seq=last_seq - len(prepared) + 1,
+        last_seq=last_seq,
         leaf_entry_id=leaf,
         entry_ids=tuple(p.entry["id"] for p in prepared if p.entry is not None),
     )
+
+
+class _GeneratedIdCollision(Exception):
+    pass
+
+
+# SQLSTATEs raised by strand_append (migration 0003).
+_CONFLICT, _NO_SESSION = "SA001", "SA002"
+_REFUSED = {"SA003", "SA004", "SA005"}
+
+
+def _call_append(
+    session_id: str, expected_seq: int, prepared: list[_Prepared]
+) -> tuple[int, str | None]:
+    params = _arguments(session_id, expected_seq, prepared)
+    sql = "SELECT * FROM strand_append(%s::uuid, %s::bigint, %s, %s::jsonb, %s::int, %s::bigint, %s::text)"
+    try:
+        # Inside a caller's transaction (an import, a fork) a savepoint keeps a refused batch
+        # from spoiling it; on its own, the one statement is its own transaction.
+        scope = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        connection.ensure_connection()
+        # psycopg's own cursor binds parameters on the server (Django's binds them in the
+        # client, which costs more than the whole statement for a large batch) and prepares
+        # the statement after a few calls.
+        with scope, connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+            cur.execute(sql, params)
+            row = cur.fetchone()
+    except DatabaseError as exc:
+        raise _translate(exc, expected_seq, prepared) from None
+    return int(row[0]), row[1]
+
+
+def _translate(exc: DatabaseError, expected_seq: int, prepared: list[_Prepared]) -> Exception:
+    cause = exc.__cause__
+    state = getattr(cause, "sqlstate", None)
+    diag = getattr(cause, "diag", None)
+    message = (getattr(diag, "message_primary", None) or str(exc)).strip()
+    if state == _CONFLICT:
+        return ConcurrencyError(expected_seq, int(message))
+    if state == _NO_SESSION:
+        return SessionNotFound(message)
+    if state in _REFUSED:
+        return InvalidEvent(message)
+    if state == "23505" and "entry_session_id" in str(getattr(diag, "constraint_name", "")):
+        if any(p.generated_id for p in prepared):
+            return _GeneratedIdCollision()
+        return InvalidEvent(f"an entry id of this batch already exists in the session ({message})")
+    return exc
+
+
+def _arguments(session_id: str, expected_seq: int, prepared: list[_Prepared]) -> list[Any]:
+    counters = _Counters()
+    for p in prepared:
+        if p.entry is not None:
+            _count(p.entry, counters)
+        elif p.event.type == "session/renamed":
+            counters.title = str(p.data["title"])
+    return [
+        session_id,
+        expected_seq,
+        datetime.now(UTC),
+        "[" + ",".join(_batch_item(p) for p in prepared) + "]",
+        counters.messages,
+        counters.tokens,
+        counters.title,
+    ]
+
+
+def _batch_item(p: _Prepared) -> str:
+    """One event as strand_append reads it; the data's JSON text is embedded, not re-encoded."""
+    entry = p.entry
+    moved = p.event.type == "leaf/moved"
+    head = {
+        "type": p.event.type,
+        "v": _version(p.event.type),
+        "turn": _turn_or_step(p, "turn"),
+        "step": _turn_or_step(p, "step"),
+        "ign": p.event.ignorable,
+        "eid": entry["id"] if entry is not None else None,
+        "pg": p.parent_given,
+        "p": entry["parentId"] if entry is not None else None,
+        "o": p.orphan,
+        "mv": moved,
+        "to": p.data.get("to") if moved else None,
+    }
+    return _dumps(head)[:-1] + ',"data":' + p.json_text + "}"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 # --- validation (before any SQL) ---------------------------------------------------------
@@ -150,13 +230,47 @@ def _validate(event: NewEvent) -> _Prepared:
         model = vocab.validate_event(event.type, event.data, ignorable=event.ignorable)
     except vocab.EventError as exc:
         raise InvalidEvent(str(exc)) from None
-    data = dict(event.data)
-    prepared = _Prepared(event=event, data=data)
+    prepared = _Prepared(event=event, data=dict(event.data))
     if isinstance(model, vocab.EntryEvent):
-        prepared.entry = dict(model.entry)
-        prepared.orphan = model.orphan
-    _encode(prepared)  # early size and JSON check; re-encoded once the entry is complete
+        _complete_entry(prepared, dict(model.entry), model.orphan)
+    else:
+        _encode(prepared)
     return prepared
+
+
+def _complete_entry(p: _Prepared, entry: dict[str, Any], orphan: bool) -> None:
+    """Fill what the writer may leave out: id, timestamp (parentId is filled by the database
+    from the current leaf). Pi writes type, id, parentId and timestamp first."""
+    p.parent_given = "parentId" in entry
+    p.orphan = orphan
+    p.generated_id = entry.get("id") is None
+    rest = {k: v for k, v in entry.items() if k not in ("type", "id", "parentId", "timestamp")}
+    p.entry = {
+        "type": entry["type"],
+        "id": entry.get("id") or _new_entry_id(),
+        "parentId": entry.get("parentId"),
+        "timestamp": entry.get("timestamp") or _iso(datetime.now(UTC)),
+        **rest,
+    }
+    p.data["entry"] = p.entry
+    _encode(p)
+
+
+def _assign_id(p: _Prepared, entry_id: str) -> None:
+    assert p.entry is not None
+    p.entry["id"] = entry_id
+    _encode(p)
+
+
+def _check_batch_ids(prepared: list[_Prepared]) -> None:
+    seen: set[str] = set()
+    for p in prepared:
+        if p.entry is None:
+            continue
+        entry_id = p.entry["id"]
+        if entry_id in seen:
+            raise InvalidEvent(f"entry id {entry_id!r} appears twice in the batch")
+        seen.add(entry_id)
 
 
 def _encode(prepared: _Prepared) -> None:
@@ -175,9 +289,6 @@ def _encode(prepared: _Prepared) -> None:
     prepared.json_text = text
 
 
-# --- the entry projection ----------------------------------------------------------------
-
-
 @dataclass(slots=True)
 class _Counters:
     messages: int = 0
@@ -185,107 +296,10 @@ class _Counters:
     title: str | None = None
 
 
-def _project_entries(
-    cur: Any,
-    session_id: str,
-    prepared: list[_Prepared],
-    leaf: str | None,
-    leaf_depth: int | None,
-    now: datetime,
-) -> tuple[str | None, _Counters]:
-    """Complete every entry (id, parentId, timestamp), check parents, move the leaf."""
-    known = _known_entries(cur, session_id, prepared)
-    depth_of: dict[str, int] = {k: v for k, v in known.items()}
-    if leaf is not None and leaf_depth is not None:
-        depth_of[leaf] = leaf_depth
-    counters = _Counters()
-    timestamp = _iso(now)
-    for p in prepared:
-        if p.entry is not None:
-            leaf = _complete_entry(p, leaf, depth_of, timestamp)
-            _count(p.entry, counters)
-            p.data["entry"] = p.entry
-            _encode(p)
-        elif p.event.type == "leaf/moved":
-            leaf = _move_leaf(p, leaf, depth_of)
-        elif p.event.type == "session/renamed":
-            counters.title = str(p.data["title"])
-    return leaf, counters
-
-
-def _known_entries(cur: Any, session_id: str, prepared: list[_Prepared]) -> dict[str, int]:
-    """Depths of the existing entries this batch refers to (parents, leaf targets, new ids)."""
-    wanted: set[str] = set()
-    for p in prepared:
-        if p.entry is not None:
-            for key in ("id", "parentId"):
-                if isinstance(p.entry.get(key), str):
-                    wanted.add(p.entry[key])
-        elif p.event.type == "leaf/moved" and isinstance(p.data.get("to"), str):
-            wanted.add(p.data["to"])
-    if not wanted:
-        return {}
-    cur.execute(
-        "SELECT entry_id, depth FROM sessions_app_entry "
-        "WHERE session_id = %s AND entry_id = ANY(%s)",
-        [session_id, list(wanted)],
-    )
-    return dict(cur.fetchall())
-
-
-def _complete_entry(
-    p: _Prepared, leaf: str | None, depth_of: dict[str, int], timestamp: str
-) -> str:
-    assert p.entry is not None
-    entry = p.entry
-    entry_id = entry.get("id")
-    if entry_id is None:
-        entry_id = _new_entry_id(depth_of)
-    elif entry_id in depth_of:
-        raise InvalidEvent(f"{p.event.type}: entry id {entry_id!r} already exists in this session")
-    parent = entry["parentId"] if "parentId" in entry else leaf
-    if parent is None or p.orphan:
-        depth = 0
-    elif parent in depth_of:
-        depth = depth_of[parent] + 1
-    else:
-        raise InvalidEvent(
-            f"{p.event.type}: parent {parent!r} of entry {entry_id!r} is not an entry of this session"
-        )
-    # Pi writes type, id, parentId and timestamp first; the entry's own fields follow.
-    rest = {k: v for k, v in entry.items() if k not in ("type", "id", "parentId", "timestamp")}
-    p.entry = {
-        "type": entry["type"],
-        "id": entry_id,
-        "parentId": parent,
-        "timestamp": entry.get("timestamp") or timestamp,
-        **rest,
-    }
-    p.depth = depth
-    depth_of[entry_id] = depth
-    return str(entry_id)
-
-
-def _new_entry_id(taken: Mapping[str, int]) -> str:
-    # Pi's ids: 8 hex chars, checked for collisions. A collision with an entry that this
-    # batch did not mention is caught by the unique (session, entry_id) key.
-    while True:
-        candidate = secrets.token_hex(4)
-        if candidate not in taken:
-            return candidate
-
-
-def _move_leaf(p: _Prepared, leaf: str | None, depth_of: dict[str, int]) -> str | None:
-    target = p.data.get("to")
-    if target is not None and target not in depth_of:
-        raise InvalidEvent(f"leaf/moved: {target!r} is not an entry of this session")
-    if "from" in p.data and p.data["from"] != leaf:
-        raise InvalidEvent(
-            f"leaf/moved: 'from' is {p.data['from']!r} but the current leaf is {leaf!r}"
-        )
-    p.data["from"] = leaf
-    _encode(p)
-    return target
+def _new_entry_id() -> str:
+    # Pi's ids: 8 hex chars. A collision with an existing entry is caught by the unique
+    # (session, entry_id) key, and the batch is retried with fresh ids.
+    return secrets.token_hex(4)
 
 
 def _count(entry: Mapping[str, Any], counters: _Counters) -> None:
@@ -299,7 +313,8 @@ def _count(entry: Mapping[str, Any], counters: _Counters) -> None:
         total = usage.get("totalTokens")
         if not isinstance(total, int):
             total = sum(
-                v for k in ("input", "output", "cacheRead", "cacheWrite")
+                v
+                for k in ("input", "output", "cacheRead", "cacheWrite")
                 if isinstance(v := usage.get(k), int)
             )
         counters.tokens += total
@@ -310,66 +325,9 @@ def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-# --- inserts -----------------------------------------------------------------------------
-
-
-def _insert(
-    cur: Any, session_id: str, first: int, prepared: list[_Prepared], now: datetime
-) -> None:
-    event_rows = []
-    entry_rows = []
-    for offset, p in enumerate(prepared):
-        seq = first + offset
-        entry_id = p.entry["id"] if p.entry is not None else None
-        event_rows.append(
-            (
-                session_id,
-                seq,
-                p.event.type,
-                _version(p.event.type),
-                now,
-                p.json_text,
-                entry_id,
-                p.event.turn if p.event.turn is not None else _int(p.data.get("turn")),
-                p.event.step if p.event.step is not None else _int(p.data.get("step")),
-                p.event.ignorable,
-            )
-        )
-        if p.entry is not None:
-            entry_rows.append(
-                (
-                    session_id,
-                    entry_id,
-                    p.entry["parentId"],
-                    p.entry["type"],
-                    json.dumps(p.entry, ensure_ascii=False, separators=(",", ":")),
-                    p.entry["timestamp"],
-                    seq,
-                    p.depth,
-                )
-            )
-    _insert_rows(
-        cur,
-        "sessions_app_event",
-        "(session_id, seq, type, schema_version, time, data, entry_id, turn, step, ignorable)",
-        "(%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s)",
-        event_rows,
-    )
-    if entry_rows:
-        _insert_rows(
-            cur,
-            "sessions_app_entry",
-            "(session_id, entry_id, parent_id, type, data, timestamp, seq, depth)",
-            "(%s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
-            entry_rows,
-        )
-
-
-def _insert_rows(cur: Any, table: str, columns: str, row_sql: str, rows: list[tuple]) -> None:
-    # One multi-row INSERT: a single round trip whatever the batch size.
-    values = ", ".join([row_sql] * len(rows))
-    params = [value for row in rows for value in row]
-    cur.execute(f"INSERT INTO {table} {columns} VALUES {values}", params)
+def _turn_or_step(p: _Prepared, key: str) -> int | None:
+    explicit = getattr(p.event, key)
+    return explicit if explicit is not None else _int(p.data.get(key))
 
 
 def _version(event_type: str) -> int:

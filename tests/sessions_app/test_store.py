@@ -71,10 +71,32 @@ def test_append_rejects_stale_expected_seq(session):
     [
         (NewEvent("nope/unknown", {}), "unknown event type"),
         (user_msg("x", parentId="deadbeef"), "not an entry of this session"),
-        (NewEvent("user/message", {"entry": {"type": "message", "message": {"role": "assistant"}}}), "role"),
+        (
+            NewEvent(
+                "user/message", {"entry": {"type": "message", "message": {"role": "assistant"}}}
+            ),
+            "role",
+        ),
         (NewEvent("turn/end", {"turn": 0, "reason": "exploded"}), "reason"),
-        (NewEvent("user/message", {"entry": {"type": "message", "message": {"role": "user", "content": {1, 2}}}}), "not JSON"),
-        (NewEvent("user/message", {"entry": {"type": "message", "message": {"role": "user", "content": float("nan")}}}), "not JSON"),
+        (
+            NewEvent(
+                "user/message",
+                {"entry": {"type": "message", "message": {"role": "user", "content": {1, 2}}}},
+            ),
+            "not JSON",
+        ),
+        (
+            NewEvent(
+                "user/message",
+                {
+                    "entry": {
+                        "type": "message",
+                        "message": {"role": "user", "content": float("nan")},
+                    }
+                },
+            ),
+            "not JSON",
+        ),
         (NewEvent("leaf/moved", {"to": "cafebabe"}), "not an entry"),
     ],
 )
@@ -88,7 +110,10 @@ def test_bad_batch_is_refused_whole(session, bad, message):
 @pytest.mark.django_db
 def test_oversize_event_and_batch_are_refused(session):
     before = snapshot(session)
-    with override_settings(STRAND_MAX_EVENT_BYTES=1000), pytest.raises(TooLarge, match="over the limit"):
+    with (
+        override_settings(STRAND_MAX_EVENT_BYTES=1000),
+        pytest.raises(TooLarge, match="over the limit"),
+    ):
         store.append_events(session.id, 0, [user_msg("x" * 2000)])
     with override_settings(STRAND_MAX_BATCH=3), pytest.raises(TooLarge, match="batch of 4"):
         store.append_events(session.id, 0, [user_msg(str(i)) for i in range(4)])
@@ -144,7 +169,11 @@ def test_update_and_delete_are_refused_by_the_database(session):
         "DELETE FROM sessions_app_entry WHERE session_id = %s",
     ]
     for sql in statements:
-        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cur:
+        with (
+            pytest.raises(DatabaseError, match="append-only"),
+            transaction.atomic(),
+            connection.cursor() as cur,
+        ):
             cur.execute(sql, [str(session.id)])
     assert Event.objects.filter(session=session).count() == 2
     assert Entry.objects.filter(session=session).count() == 1

@@ -1,0 +1,158 @@
+"""`strand_append`: the append transaction as one server-side function.
+
+`sessions_app.store.append_events` validates and encodes a batch in Python, then calls this
+function once: one round trip for the lock, the expected-seq check, the events, the entry
+projection, the leaf, the counters and the notification. Errors carry their own SQLSTATEs
+(class SA) so that the store can turn each into a precise message.
+"""
+
+from __future__ import annotations
+
+from django.db import migrations
+
+FUNCTION = r"""
+CREATE OR REPLACE FUNCTION strand_append(
+    p_session uuid,
+    p_expected bigint,
+    p_now timestamptz,
+    -- One object per event: type, v (schema version), data, turn, step, ign (ignorable),
+    -- eid (the entry it adds, or null), pg (parent given), p (parent), o (orphan),
+    -- mv (a leaf move), to (its target). One JSON value binds faster than many arrays.
+    p_batch jsonb,
+    p_messages int,
+    p_tokens bigint,
+    p_title text
+) RETURNS TABLE (new_last_seq bigint, new_leaf text) AS $$
+DECLARE
+    cur_last bigint;
+    cur_leaf text;
+    cur_depth int;
+    n int;
+    i int;
+    pos int;
+    parent text;
+    depth int;
+    p_types text[];
+    p_versions smallint[];
+    datas jsonb[];
+    p_turns int[];
+    p_steps int[];
+    p_ignorable bool[];
+    p_entry_ids text[];
+    p_parent_given bool[];
+    p_parents text[];
+    p_orphans bool[];
+    p_moves bool[];
+    p_move_to text[];
+    parents text[];
+    depths int[];
+BEGIN
+    SELECT array_agg(x.o->>'type' ORDER BY x.i), array_agg((x.o->>'v')::smallint ORDER BY x.i),
+           array_agg(x.o->'data' ORDER BY x.i), array_agg((x.o->>'turn')::int ORDER BY x.i),
+           array_agg((x.o->>'step')::int ORDER BY x.i), array_agg((x.o->>'ign')::bool ORDER BY x.i),
+           array_agg(x.o->>'eid' ORDER BY x.i), array_agg((x.o->>'pg')::bool ORDER BY x.i),
+           array_agg(x.o->>'p' ORDER BY x.i), array_agg((x.o->>'o')::bool ORDER BY x.i),
+           array_agg((x.o->>'mv')::bool ORDER BY x.i), array_agg(x.o->>'to' ORDER BY x.i),
+           count(*)
+    INTO p_types, p_versions, datas, p_turns, p_steps, p_ignorable, p_entry_ids,
+         p_parent_given, p_parents, p_orphans, p_moves, p_move_to, n
+    FROM jsonb_array_elements(p_batch) WITH ORDINALITY AS x(o, i);
+    parents := array_fill(NULL::text, ARRAY[n]);
+    depths := array_fill(NULL::int, ARRAY[n]);
+    SELECT s.last_seq, s.leaf_entry_id, e.depth INTO cur_last, cur_leaf, cur_depth
+    FROM sessions_app_session s
+    LEFT JOIN sessions_app_entry e ON e.session_id = s.id AND e.entry_id = s.leaf_entry_id
+    WHERE s.id = p_session FOR UPDATE OF s;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no session %', p_session USING ERRCODE = 'SA002';
+    END IF;
+    IF cur_last <> p_expected THEN
+        RAISE EXCEPTION '%', cur_last USING ERRCODE = 'SA001';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        IF p_entry_ids[i] IS NOT NULL THEN
+            parent := CASE WHEN p_parent_given[i] THEN p_parents[i] ELSE cur_leaf END;
+            IF parent IS NULL OR p_orphans[i] THEN
+                depth := 0;
+            ELSIF parent = cur_leaf THEN
+                depth := cur_depth + 1;
+            ELSE
+                -- An earlier entry of this batch, else one already stored.
+                pos := array_position(p_entry_ids[1:i - 1], parent);
+                IF pos IS NOT NULL THEN
+                    depth := depths[pos] + 1;
+                ELSE
+                    SELECT e.depth + 1 INTO depth FROM sessions_app_entry e
+                    WHERE e.session_id = p_session AND e.entry_id = parent;
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION 'parent % of entry % is not an entry of this session',
+                            quote_literal(parent), quote_literal(p_entry_ids[i])
+                            USING ERRCODE = 'SA003';
+                    END IF;
+                END IF;
+            END IF;
+            IF NOT p_parent_given[i] THEN
+                datas[i] := jsonb_set(datas[i], '{entry,parentId}',
+                                      coalesce(to_jsonb(parent), 'null'::jsonb));
+            END IF;
+            parents[i] := parent;
+            depths[i] := depth;
+            cur_leaf := p_entry_ids[i];
+            cur_depth := depth;
+        ELSIF p_moves[i] THEN
+            IF datas[i] ? 'from' AND datas[i]->'from' <> coalesce(to_jsonb(cur_leaf), 'null'::jsonb) THEN
+                RAISE EXCEPTION 'leaf/moved: ''from'' is % but the current leaf is %',
+                    datas[i]->'from', coalesce(quote_literal(cur_leaf), 'null') USING ERRCODE = 'SA005';
+            END IF;
+            datas[i] := jsonb_set(datas[i], '{from}', coalesce(to_jsonb(cur_leaf), 'null'::jsonb));
+            cur_leaf := p_move_to[i];
+            cur_depth := NULL;
+            IF cur_leaf IS NOT NULL THEN
+                pos := array_position(p_entry_ids[1:i - 1], cur_leaf);
+                IF pos IS NOT NULL THEN
+                    cur_depth := depths[pos];
+                ELSE
+                    SELECT e.depth INTO cur_depth FROM sessions_app_entry e
+                    WHERE e.session_id = p_session AND e.entry_id = cur_leaf;
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION 'leaf/moved: % is not an entry of this session',
+                            quote_literal(cur_leaf) USING ERRCODE = 'SA004';
+                    END IF;
+                END IF;
+            END IF;
+        END IF;
+    END LOOP;
+    INSERT INTO sessions_app_event
+        (session_id, seq, type, schema_version, time, data, entry_id, turn, step, ignorable)
+    SELECT p_session, cur_last + t.i, t.type, t.version, p_now, t.data, t.entry_id, t.turn,
+           t.step, t.ign
+    FROM unnest(p_types, p_versions, datas, p_entry_ids, p_turns, p_steps, p_ignorable)
+         WITH ORDINALITY AS t(type, version, data, entry_id, turn, step, ign, i);
+    INSERT INTO sessions_app_entry
+        (session_id, entry_id, parent_id, type, data, timestamp, seq, depth)
+    SELECT p_session, t.entry_id, t.parent, t.data->'entry'->>'type', t.data->'entry',
+           t.data->'entry'->>'timestamp', cur_last + t.i, t.depth
+    FROM unnest(p_entry_ids, parents, datas, depths) WITH ORDINALITY AS t(entry_id, parent, data, depth, i)
+    WHERE t.entry_id IS NOT NULL;
+    UPDATE sessions_app_session
+    SET last_seq = cur_last + n, leaf_entry_id = cur_leaf, updated_at = p_now,
+        message_count = message_count + p_messages, token_count = token_count + p_tokens,
+        title = coalesce(p_title, title)
+    WHERE id = p_session;
+    -- Delivered by Postgres at commit, dropped on rollback; never carries event data.
+    PERFORM pg_notify('strand_events', p_session::text || ':' || (cur_last + n)::text);
+    RETURN QUERY SELECT cur_last + n, cur_leaf;
+END;
+$$ LANGUAGE plpgsql;
+"""
+
+
+class Migration(migrations.Migration):
+    dependencies = [("sessions_app", "0002_append_only_guard")]
+
+    operations = [
+        migrations.RunSQL(
+            FUNCTION,
+            "DROP FUNCTION IF EXISTS strand_append(uuid, bigint, timestamptz, jsonb, int, bigint, text);",
+        )
+    ]
