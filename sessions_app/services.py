@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 
 from sessions_app import store
@@ -28,26 +27,26 @@ DEFAULT_PRESET: dict[str, Any] = {
 }
 
 
-def user_get_or_create_local(*, username: str | None = None) -> AbstractBaseUser:
+def user_get_or_create_local(*, username: str | None = None) -> User:
     """The account local commands act as (STRAND_LOCAL_USER), created on demand."""
     name = username or settings.STRAND_LOCAL_USER
-    user, _ = get_user_model().objects.get_or_create(username=name)
+    user, _ = User.objects.get_or_create(username=name)
     return user
 
 
-def user_by_name(username: str | None) -> AbstractBaseUser:
+def user_by_name(username: str | None) -> User:
     """`--owner USERNAME`: an existing account, or the local account when None."""
     if username is None:
         return user_get_or_create_local()
     try:
-        return get_user_model().objects.get(username=username)
-    except get_user_model().DoesNotExist:
+        return User.objects.get(username=username)
+    except User.DoesNotExist:
         raise StoreError(f"no user named {username!r}") from None
 
 
 def session_create(
     *,
-    owner: AbstractBaseUser,
+    owner: User,
     title: str = "",
     cwd: str = "",
     preset: Mapping[str, Any] | None = None,
@@ -101,7 +100,7 @@ def session_move_leaf(
 
 
 def session_fork(
-    *, session: Session, entry_id: str, owner: AbstractBaseUser, title: str | None = None
+    *, session: Session, entry_id: str, owner: User, title: str | None = None
 ) -> Session:
     """A new session holding the root→entry path, as Pi's /fork does.
 
@@ -166,7 +165,7 @@ def _labels_on(session_id: uuid.UUID, ids: set[str]) -> dict[str, str]:
     return labels
 
 
-def session_delete(*, session: Session, by: AbstractBaseUser) -> None:
+def session_delete(*, session: Session, by: User) -> None:
     """Delete a whole session: the one operation that lifts the append-only guard.
 
     The guard is lifted for this session only, for this transaction only, and an audit row

@@ -157,6 +157,7 @@ def _call_append(
             row = cur.fetchone()
     except DatabaseError as exc:
         raise _translate(exc, expected_seq, prepared) from None
+    assert row is not None  # the function always returns one row
     return int(row[0]), row[1]
 
 
