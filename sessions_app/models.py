@@ -88,6 +88,13 @@ class Entry(models.Model):
     timestamp = models.CharField(max_length=64)
     seq = models.BigIntegerField()
     depth = models.IntegerField()
+    # Path facts, set once when the entry is added: the nearest compaction, thinking-level
+    # change and model-setting entry (model_change or assistant message) on the path from
+    # the root to this entry, itself included. They let the context of a leaf be built
+    # from its kept window alone, without walking the whole path.
+    path_compaction = models.CharField(max_length=64, null=True, blank=True)
+    path_thinking = models.CharField(max_length=64, null=True, blank=True)
+    path_model = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         ordering = ["session", "seq"]

@@ -211,10 +211,26 @@ def _batch_item(p: _Prepared) -> str:
         "pg": p.parent_given,
         "p": entry["parentId"] if entry is not None else None,
         "o": p.orphan,
+        "k": _path_kind(entry) if entry is not None else None,
         "mv": moved,
         "to": p.data.get("to") if moved else None,
     }
     return _dumps(head)[:-1] + ',"data":' + p.json_text + "}"
+
+
+def _path_kind(entry: Mapping[str, Any]) -> str | None:
+    """What an entry sets for the entries below it, as Pi's settings pass reads it."""
+    kind = entry.get("type")
+    if kind == "compaction":
+        return "compaction"
+    if kind == "thinking_level_change":
+        return "thinking"
+    if kind == "model_change":
+        return "model"
+    message = entry.get("message")
+    if kind == "message" and isinstance(message, dict) and message.get("role") == "assistant":
+        return "model"
+    return None
 
 
 def _dumps(value: Any) -> str:

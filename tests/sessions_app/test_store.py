@@ -217,3 +217,43 @@ def test_concurrent_appends_are_gapless_and_tree_stays_valid(alice):
     # Every append chained onto the leaf it saw under the lock: one linear path.
     session.refresh_from_db()
     assert len(store.path_to_root(session.id, session.leaf_entry_id)) == threads * per_thread
+
+
+def _entry(kind: str, **fields: object) -> NewEvent:
+    from sessions_app.events import event_type_for_entry
+
+    entry = {"type": kind, **fields}
+    return NewEvent(event_type_for_entry(entry), {"entry": entry})
+
+
+@pytest.mark.django_db
+def test_entries_record_the_nearest_compaction_thinking_and_model_on_their_path(session):
+    assistant = {"role": "assistant", "content": [], "provider": "p", "model": "m"}
+    ids = store.append_events(
+        session.id,
+        0,
+        [
+            user_msg("a"),
+            _entry("thinking_level_change", thinkingLevel="high"),
+            _entry("message", message=assistant),
+            _entry("compaction", summary="s", firstKeptEntryId="x", tokensBefore=1),
+            user_msg("b"),
+        ],
+    ).entry_ids
+    a, think, reply, compaction, b = ids
+    facts = {
+        e.entry_id: (e.path_compaction, e.path_thinking, e.path_model)
+        for e in Entry.objects.filter(session=session)
+    }
+    assert facts[a] == (None, None, None)
+    assert facts[reply] == (None, think, reply)
+    assert facts[b] == (compaction, think, reply)
+    # A branch from before the thinking change does not inherit it.
+    services.session_move_leaf(session=session, to=a)
+    session.refresh_from_db()
+    model = store.append_events(
+        session.id, session.last_seq, [_entry("model_change", provider="p", modelId="n")]
+    ).entry_ids[0]
+    row = Entry.objects.get(session=session, entry_id=model)
+    assert (row.path_compaction, row.path_thinking, row.path_model) == (None, None, model)
+    assert row.depth == 1

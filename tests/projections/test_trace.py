@@ -1,0 +1,356 @@
+from __future__ import annotations
+
+import random
+
+from projections.chat import Usage
+from projections.records import EventRecord
+from projections.trace import TraceSpan, TraceView, TurnWindow, pick_turns, project_trace
+from tests.projections.fixtures import SessionLog, text, tool_call, usage
+
+
+def spans_of(view: TraceView, kind: str) -> list[TraceSpan]:
+    return [row.span for row in view.rows if row.span.kind == kind]
+
+
+def only(view: TraceView, kind: str) -> TraceSpan:
+    [span] = spans_of(view, kind)
+    return span
+
+
+def io(pairs: tuple[tuple[str, object], ...]) -> dict[str, object]:
+    return dict(pairs)
+
+
+def tool_turn(log: SessionLog) -> None:
+    """A completed turn: prompt, a model call asking for `read` (approved), then an answer."""
+    log.turn_start()
+    log.step_start()
+    log.user("Read a.txt")
+    log.request([], token_estimate=42)
+    log.assistant(
+        [text("Reading."), tool_call("c1", "read", {"path": "a.txt"})],
+        stop_reason="toolUse",
+        after_ms=400,
+        ttft_ms=120,
+        usage_=usage(100, 20, 0.001),
+    )
+    log.approval_asked("ap1", "c1", "read")
+    log.approval_decided("ap1", "allowed", after_ms=1500)
+    log.tool_call("c1", "read", '{"path": "a.txt"}')
+    log.tool_result("c1", "read", "hello", after_ms=30)
+    log.step_end()
+    log.step_start()
+    log.request([], token_estimate=60)
+    log.assistant([text("It says hello.")], after_ms=300, ttft_ms=80, usage_=usage(150, 5, 0.002))
+    log.step_end()
+    log.turn_end()
+
+
+def completed_log() -> SessionLog:
+    log = SessionLog()
+    log.created()
+    log.header()
+    tool_turn(log)
+    return log
+
+
+def test_completed_turn_nests_steps_requests_tools_and_approvals() -> None:
+    log = completed_log()
+
+    view = project_trace(log.events)
+
+    assert [(row.depth, row.span.kind) for row in view.rows] == [
+        (0, "turn"),
+        (1, "step"),
+        (2, "input"),
+        (2, "request"),
+        (2, "tool"),
+        (3, "approval"),
+        (1, "step"),
+        (2, "request"),
+    ]
+    assert view.turns == (1,)
+    assert not view.running
+    assert all(row.span.status == "ok" for row in view.rows)
+    assert all(row.span.end is not None for row in view.rows)
+
+
+def test_request_span_has_duration_ttft_tokens_cost_and_manifest() -> None:
+    log = completed_log()
+
+    first, second = spans_of(project_trace(log.events), "request")
+
+    assert first.duration_ms == 400
+    assert first.ttft_ms == 120
+    assert first.usage == Usage(input=100, output=20, total_tokens=120, cost=0.001)
+    assert first.name == "gpt-test"
+    inputs = io(first.inputs)
+    assert inputs["header_seq"] == 1
+    assert inputs["token_estimate"] == 42
+    assert inputs["provider"] == "openai"
+    assert io(first.outputs)["tool_calls"] == ("read",)
+    assert io(first.outputs)["model_ms"] == 400
+    assert second.ttft_ms == 80
+
+
+def test_turn_sums_usage_and_tool_span_shows_approval_wait() -> None:
+    log = completed_log()
+    view = project_trace(log.events)
+
+    turn = only(view, "turn")
+    tool = only(view, "tool")
+    approval = only(view, "approval")
+
+    assert turn.usage == Usage(input=250, output=25, total_tokens=275, cost=0.003)
+    assert view.usage == turn.usage
+    assert io(turn.inputs)["prompt"] == "Read a.txt"
+    assert approval.duration_ms == 1500
+    assert io(approval.outputs) == {"outcome": "allowed", "by": "alice", "wait_ms": 1500}
+    # The tool span runs from the approval question to the result.
+    assert tool.duration_ms == 1500 + 10 + 30
+    assert io(tool.outputs)["run_ms"] == 30
+    assert io(tool.outputs)["text"] == "hello"
+    assert io(tool.inputs)["arguments"] == '{"path": "a.txt"}'
+
+
+def test_running_turn_has_open_spans() -> None:
+    log = SessionLog()
+    log.header()
+    log.turn_start()
+    log.step_start()
+    log.user("run")
+    log.request([])
+    log.assistant([tool_call("c1", "bash", {}), tool_call("c2", "bash", {})], stop_reason="toolUse")
+    log.tool_call("c1", "bash", "{}")
+    log.approval_asked("ap2", "c2", "bash")
+
+    view = project_trace(log.events)
+
+    assert view.running
+    turn = only(view, "turn")
+    assert (turn.status, turn.end, turn.duration_ms) == ("running", None, None)
+    assert only(view, "step").status == "running"
+    assert only(view, "request").status == "ok"
+    assert [(t.name, t.status, t.end) for t in spans_of(view, "tool")] == [
+        ("bash", "running", None),
+        ("bash", "waiting", None),
+    ]
+    assert only(view, "approval").status == "waiting"
+
+
+def test_request_without_response_is_running_until_the_turn_ends() -> None:
+    log = SessionLog()
+    log.header()
+    log.turn_start()
+    log.step_start()
+    log.request([])
+    assert only(project_trace(log.events), "request").status == "running"
+
+    log.step_end()
+    log.turn_end("error", error="provider unreachable")
+    request = only(project_trace(log.events), "request")
+
+    assert request.status == "error"
+    assert request.error == "provider unreachable"
+    assert request.end == log.events[-2].time  # when the step closed
+    assert only(project_trace(log.events), "turn").error == "provider unreachable"
+
+
+def test_aborted_turn_shows_aborted_stream_and_undispatched_tools() -> None:
+    log = SessionLog()
+    log.turn_start()
+    log.step_start()
+    log.user("go")
+    log.assistant([text("partial"), tool_call("c1", "read", {})], stop_reason="aborted")
+    log.tool_call("c1", "read", "{}")
+    log.tool_result("c1", "read", "aborted", is_error=True, error_code="ABORTED_BEFORE_DISPATCH")
+    log.step_end()
+    log.turn_end("aborted")
+
+    view = project_trace(log.events)
+
+    assert only(view, "turn").status == "aborted"
+    request = only(view, "request")
+    assert request.status == "aborted"
+    assert io(request.inputs) == {"manifest": None}  # a response with no request/sent
+    tool = only(view, "tool")
+    assert tool.status == "aborted"
+    assert tool.error == "ABORTED_BEFORE_DISPATCH"
+
+
+def interrupted_log() -> SessionLog:
+    log = SessionLog()
+    log.header()
+    log.turn_start()
+    log.step_start()
+    log.user("build")
+    log.request([])
+    log.assistant(
+        [tool_call("c1", "bash", {"cmd": "make"}), tool_call("c2", "bash", {"cmd": "test"})],
+        stop_reason="toolUse",
+    )
+    log.tool_call("c1", "bash", '{"cmd":"make"}')
+    log.wait(60_000)  # the process died; recovery runs a minute later
+    log.tool_result("c1", "bash", "unknown", is_error=True, error_code="TOOL_OUTCOME_UNKNOWN")
+    log.tool_result("c2", "bash", "not started", is_error=True, error_code="TOOL_NOT_STARTED")
+    log.step_end("interrupted")
+    log.turn_end("interrupted")
+    return log
+
+
+def test_interrupted_turn_ends_at_its_last_sign_of_life() -> None:
+    log = interrupted_log()
+    dispatched = next(e for e in log.events if e.type == "tool/call")
+
+    view = project_trace(log.events)
+
+    turn = only(view, "turn")
+    assert turn.status == "interrupted"
+    assert turn.end == dispatched.time
+    assert io(turn.outputs)["closed_by_recovery_at"] == log.events[-1].time
+    step = only(view, "step")
+    assert (step.status, step.end) == ("interrupted", dispatched.time)
+    tools = spans_of(view, "tool")
+    assert [(t.status, t.end, t.error) for t in tools] == [
+        ("interrupted", None, "TOOL_OUTCOME_UNKNOWN"),
+        ("not_started", None, "TOOL_NOT_STARTED"),
+    ]
+    assert io(tools[0].outputs)["run_ms"] is None
+    assert not view.running
+
+
+def test_steering_input_is_delivered_in_the_next_step() -> None:
+    log = SessionLog()
+    log.turn_start()
+    log.step_start()
+    log.user("start")
+    log.assistant([tool_call("c1", "read", {})], stop_reason="toolUse")
+    log.tool_call("c1", "read", "{}")
+    log.inbox_queued("in1", "next_step", "also check b.txt")
+    queued_at = log.now
+    log.tool_result("c1", "read", "a")
+    log.step_end()
+    log.step_start()
+    log.inbox_claimed("in1")
+    log.user("also check b.txt")
+    delivered_at = log.now
+    log.assistant([text("ok")])
+    log.step_end()
+    log.turn_end()
+
+    view = project_trace(log.events)
+
+    steer = [s for s in spans_of(view, "input") if s.step == 2]
+    assert len(steer) == 1
+    assert steer[0].name == "steer"
+    assert (steer[0].start, steer[0].end) == (queued_at, delivered_at)
+    assert io(steer[0].inputs)["inbox_id"] == "in1"
+    assert io(steer[0].outputs)["text"] == "also check b.txt"
+    first = [s for s in spans_of(view, "input") if s.step == 1]
+    assert first[0].name == "user message"
+
+
+def test_compaction_inside_a_turn_is_an_instant_span() -> None:
+    log = SessionLog()
+    log.turn_start()
+    log.step_start()
+    first = log.user("long")
+    log.compaction("summary", first, 9000)
+    log.step_end()
+    log.turn_end()
+
+    mark = only(project_trace(log.events), "compaction")
+
+    assert mark.duration_ms == 0
+    assert io(mark.inputs) == {"tokens_before": 9000}
+
+
+def two_turn_log() -> SessionLog:
+    log = SessionLog()
+    log.created()
+    log.header()
+    tool_turn(log)
+    log.event("leaf/moved", {"from": log.leaf, "to": log.leaf, "reason": "navigate"})
+    tool_turn(log)
+    return log
+
+
+def test_window_of_one_turn_takes_only_that_turns_events() -> None:
+    log = two_turn_log()
+    second_turn = [e for e in log.events if e.turn == 2]
+
+    view = project_trace(second_turn)
+
+    assert view.turns == (2,)
+    assert view.start == second_turn[0].time
+    assert view.first_seq == second_turn[0].seq
+    # Its header is outside the window: the request still shows the model it answered with.
+    assert spans_of(view, "request")[0].name == "gpt-test"
+    assert io(spans_of(view, "request")[0].inputs).get("provider") is None
+
+
+def test_events_between_turns_are_ignored() -> None:
+    log = two_turn_log()
+
+    assert project_trace(log.events).turns == (1, 2)
+    between = [e for e in log.events if e.turn is None]
+    assert project_trace(between).spans == ()
+
+
+def test_window_starting_inside_a_turn_shows_the_rest_of_it() -> None:
+    log = completed_log()
+    tail = [e for e in log.events if e.turn == 1][5:]
+
+    view = project_trace(tail)
+
+    turn = only(view, "turn")
+    assert turn.start == tail[0].time
+    assert turn.status == "ok"
+
+
+def test_rows_are_offsets_from_the_window_start() -> None:
+    log = completed_log()
+
+    view = project_trace(log.events)
+
+    assert view.rows[0].offset_ms == 0
+    assert all(row.offset_ms >= 0 for row in view.rows)
+    request = next(row for row in view.rows if row.span.kind == "request")
+    assert view.start is not None
+    assert request.offset_ms == round((request.span.start - view.start).total_seconds() * 1000)
+
+
+def test_event_order_does_not_change_the_trace() -> None:
+    log = two_turn_log()
+    shuffled: list[EventRecord] = list(log.events)
+    random.Random(7).shuffle(shuffled)
+
+    assert project_trace(shuffled) == project_trace(log.events)
+
+
+def test_pick_turns_pages_from_the_latest() -> None:
+    turns = range(1, 46)
+
+    assert pick_turns(turns, last_n=20) == TurnWindow(tuple(range(26, 46)), older=26)
+    assert pick_turns(turns, last_n=20, before_turn=26) == TurnWindow(tuple(range(6, 26)), older=6)
+    assert pick_turns(turns, last_n=20, before_turn=6) == TurnWindow((1, 2, 3, 4, 5), older=None)
+    assert pick_turns([], last_n=20) == TurnWindow((), older=None)
+    assert pick_turns([3, 1, 2, 2], last_n=5) == TurnWindow((1, 2, 3), older=None)
+
+
+def test_rejected_call_shows_the_decision_on_tool_and_approval() -> None:
+    log = SessionLog()
+    log.turn_start()
+    log.step_start()
+    log.assistant([tool_call("c1", "rm", {"path": "/"})], stop_reason="toolUse")
+    log.approval_asked("ap1", "c1", "rm")
+    log.approval_decided("ap1", "rejected", after_ms=2000)
+    log.tool_result("c1", "rm", "The user rejected this call.", is_error=True)
+
+    view = project_trace(log.events)
+
+    assert only(view, "approval").status == "rejected"
+    tool = only(view, "tool")
+    assert tool.status == "rejected"
+    assert io(tool.inputs)["arguments"] == '{"path":"/"}'  # from the request: never dispatched
+    assert io(tool.outputs)["run_ms"] is None
