@@ -266,7 +266,7 @@ def _complete_entry(p: _Prepared, entry: dict[str, Any], orphan: bool) -> None:
         "type": entry["type"],
         "id": entry.get("id") or _new_entry_id(),
         "parentId": entry.get("parentId"),
-        "timestamp": entry.get("timestamp") or _iso(datetime.now(UTC)),
+        "timestamp": entry.get("timestamp") or js_iso(datetime.now(UTC)),
         **rest,
     }
     p.data["entry"] = p.entry
@@ -337,7 +337,7 @@ def _count(entry: Mapping[str, Any], counters: _Counters) -> None:
         counters.tokens += total
 
 
-def _iso(moment: datetime) -> str:
+def js_iso(moment: datetime) -> str:
     """JavaScript's toISOString(): milliseconds and a Z."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
