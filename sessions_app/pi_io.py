@@ -60,8 +60,9 @@ def pi_import(
         if on_warning is not None:
             on_warning(warning)
 
-    counted = _CountingLines(source)
     try:
+        in_file = _ids_in_file(source)
+        counted = _CountingLines(source)
         items = iter_pi_entries(counted, strict=strict, on_warning=warn)
         header = next(items)
         with transaction.atomic():
@@ -72,7 +73,7 @@ def pi_import(
                 source="import:pi",
                 pi_header=header,
             )
-            written, title = _write_entries(session, items, counted, progress)
+            written, title = _write_entries(session, items, counted, in_file, progress)
             if title and title != session.title:
                 services.session_rename(session=session, title=title)
     except PiFileError as exc:
@@ -81,60 +82,127 @@ def pi_import(
     return ImportResult(session=session, entries=written, warnings=warnings)
 
 
+def _ids_in_file(source: IO[bytes]) -> set[str] | None:
+    """Every entry id of a v2/v3 file (a first, quiet pass), to tell an entry whose parent
+    comes later from one whose parent is missing. None when the file cannot be read twice."""
+    if not source.seekable():
+        return None
+    start = source.tell()
+    ids = {
+        entry["id"]
+        for entry in iter_pi_entries(source)
+        if entry.get("type") != "session" and isinstance(entry.get("id"), str)
+    }
+    source.seek(start)
+    return ids
+
+
 def _write_entries(
     session: Session,
     items: Iterator[dict[str, Any]],
     counted: _CountingLines,
+    in_file: set[str] | None,
     progress: Progress | None,
 ) -> tuple[int, str]:
-    seen: set[str] = set()
-    dangling: dict[str, str] = {}  # parent id named before it appeared → the child
-    batch: list[NewEvent] = []
-    seq = session.last_seq
-    written = 0
+    writer = _EntryWriter(session, counted, in_file, progress)
     title = ""
+    last_id: str | None = None
     for entry in items:
-        batch.append(_entry_event(entry, seen, dangling, counted.line_no))
+        last_id = writer.add(entry)
         if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
             title = entry["name"].strip()  # the latest in file order wins, as in Pi
-        if len(batch) >= settings.STRAND_MAX_BATCH:
-            seq = _flush(session, seq, batch, counted.line_no)
-            written += len(batch)
-            batch = []
-            if progress is not None:
-                progress(counted.bytes_read, written)
-    if batch:
-        seq = _flush(session, seq, batch, counted.line_no)
-        written += len(batch)
-    forward = next((p for p in dangling if p in seen), None)
-    if forward is not None:
-        raise PiImportError(
-            f"entry {dangling[forward]!r} names parent {forward!r}, which comes later in the "
-            "file; Pi writes a parent before its children (is the file reordered or cyclic?)"
-        )
-    if progress is not None:
-        progress(counted.bytes_read, written)
-    return written, title
+    writer.finish(last_id)
+    return writer.written, title
 
 
-def _entry_event(
-    entry: dict[str, Any], seen: set[str], dangling: dict[str, str], line_no: int
-) -> NewEvent:
-    entry_id = entry.get("id")
-    if not isinstance(entry_id, str) or not entry_id:
-        raise PiImportError(f"line {line_no}: entry has no id")
-    if entry_id in seen:
-        raise PiImportError(f"line {line_no}: entry id {entry_id!r} appears twice in the file")
-    parent = entry.get("parentId")
-    if parent is not None and not isinstance(parent, str):
-        raise PiImportError(
-            f"line {line_no}: entry {entry_id!r} has a parentId that is not a string"
-        )
-    # Pi treats an entry whose parent is missing (or is itself) as the root of its own path.
-    orphan = parent is not None and (parent == entry_id or parent not in seen)
-    if orphan and parent != entry_id:
-        dangling.setdefault(str(parent), entry_id)
-    seen.add(entry_id)
+class _EntryWriter:
+    """Appends entries in file order, in batches.
+
+    Pi writes a parent before its children, but it reads any order: an entry whose parent
+    comes later in the file waits here (with its own children) until the parent is written.
+    An entry whose parent the file lacks (or that names itself) is the root of its own path,
+    as Pi treats it. Entries still waiting at the end sit on a parent cycle: the first of
+    each becomes a root. The leaf ends on the last entry in file order.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        counted: _CountingLines,
+        in_file: set[str] | None,
+        progress: Progress | None,
+    ):
+        self.session = session
+        self.in_file = in_file
+        self.counted = counted
+        self.progress = progress
+        self.seq = session.last_seq
+        self.written = 0
+        self.seen: set[str] = set()  # every id read so far
+        self.appended: set[str] = set()
+        self.waiting: dict[str, list[dict[str, Any]]] = {}  # missing parent → entries
+        self.batch: list[NewEvent] = []
+
+    def add(self, entry: dict[str, Any]) -> str:
+        line_no = self.counted.line_no
+        entry_id = entry.get("id")
+        if not isinstance(entry_id, str) or not entry_id:
+            raise PiImportError(f"line {line_no}: entry has no id")
+        if entry_id in self.seen:
+            raise PiImportError(f"line {line_no}: entry id {entry_id!r} appears twice in the file")
+        parent = entry.get("parentId")
+        if parent is not None and not isinstance(parent, str):
+            raise PiImportError(
+                f"line {line_no}: entry {entry_id!r} has a parentId that is not a string"
+            )
+        self.seen.add(entry_id)
+        if parent is None or parent in self.appended:
+            self._append(entry, orphan=False)
+        elif parent == entry_id or (self.in_file is not None and parent not in self.in_file):
+            self._append(entry, orphan=True)
+        else:
+            self.waiting.setdefault(parent, []).append(entry)
+        return entry_id
+
+    def _append(self, entry: dict[str, Any], *, orphan: bool) -> None:
+        pending = [(entry, orphan)]
+        while pending:
+            current, is_orphan = pending.pop(0)
+            self.batch.append(_entry_event(current, is_orphan, self.counted.line_no))
+            self.appended.add(current["id"])
+            pending.extend((child, False) for child in self.waiting.pop(current["id"], []))
+            if len(self.batch) >= settings.STRAND_MAX_BATCH:
+                self._flush()
+
+    def finish(self, last_id: str | None) -> None:
+        # Whatever still waits names a parent the file does not have (or a cycle).
+        while self.waiting:
+            parent = next(iter(self.waiting))
+            entries = self.waiting.pop(parent)
+            for entry in entries:
+                self._append(entry, orphan=True)
+        if self.batch:
+            self._flush()
+        if last_id is not None and self.session_leaf() != last_id:
+            self.batch.append(NewEvent("leaf/moved", {"to": last_id, "reason": "import"}))
+            self._flush()
+
+    def session_leaf(self) -> str | None:
+        self.session.refresh_from_db(fields=["leaf_entry_id"])
+        return self.session.leaf_entry_id
+
+    def _flush(self) -> None:
+        try:
+            self.seq = store.append_events(self.session.id, self.seq, self.batch).last_seq
+        except StoreError as exc:
+            raise PiImportError(f"near line {self.counted.line_no}: {exc}") from None
+        self.written += sum(1 for e in self.batch if e.type != "leaf/moved")
+        self.batch = []
+        if self.progress is not None:
+            self.progress(self.counted.bytes_read, self.written)
+
+
+def _entry_event(entry: dict[str, Any], orphan: bool, line_no: int) -> NewEvent:
     try:
         event_type = event_type_for_entry(entry)
     except UnknownEventType as exc:
@@ -143,13 +211,6 @@ def _entry_event(
     if orphan:
         data["orphan"] = True
     return NewEvent(event_type, data)
-
-
-def _flush(session: Session, seq: int, batch: list[NewEvent], line_no: int) -> int:
-    try:
-        return store.append_events(session.id, seq, batch).last_seq
-    except StoreError as exc:
-        raise PiImportError(f"near line {line_no}: {exc}") from None
 
 
 class _CountingLines:

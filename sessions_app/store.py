@@ -211,14 +211,14 @@ def _batch_item(p: _Prepared) -> str:
         "pg": p.parent_given,
         "p": entry["parentId"] if entry is not None else None,
         "o": p.orphan,
-        "k": _path_kind(entry) if entry is not None else None,
+        "k": path_kind(entry) if entry is not None else None,
         "mv": moved,
         "to": p.data.get("to") if moved else None,
     }
     return _dumps(head)[:-1] + ',"data":' + p.json_text + "}"
 
 
-def _path_kind(entry: Mapping[str, Any]) -> str | None:
+def path_kind(entry: Mapping[str, Any]) -> str | None:
     """What an entry sets for the entries below it, as Pi's settings pass reads it."""
     kind = entry.get("type")
     if kind == "compaction":
@@ -385,7 +385,7 @@ def events_of_turns(session_id: uuid.UUID | str, turns: Iterable[int]) -> list[E
 def _event_records(rows: Iterable[tuple]) -> list[EventRecord]:
     records = []
     for seq, type_, version, time, data, entry_id, turn, step, ignorable in rows:
-        loaded = vocab.load_event(type_, version, _json(data), ignorable=ignorable)
+        loaded = vocab.load_event(type_, version, decode_json(data), ignorable=ignorable)
         if loaded is None:
             continue
         records.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
@@ -429,9 +429,9 @@ def path_to_root(session_id: uuid.UUID | str, leaf_id: str) -> list[EntryRecord]
 
 def _entry_record(row: tuple) -> EntryRecord:
     entry_id, parent_id, type_, timestamp, data, seq = row
-    return EntryRecord(entry_id, parent_id, type_, timestamp, _json(data), seq)
+    return EntryRecord(entry_id, parent_id, type_, timestamp, decode_json(data), seq)
 
 
-def _json(value: Any) -> Any:
+def decode_json(value: Any) -> Any:
     # psycopg returns jsonb decoded; a text fallback keeps raw cursors working too.
     return json.loads(value) if isinstance(value, (str, bytes)) else value

@@ -11,5 +11,5 @@ from sessions_app.models import Session
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    sessions = Session.objects.filter(owner=request.user).order_by("-updated_at")[:50]
+    sessions = Session.objects.filter(owner_id=request.user.pk).order_by("-updated_at")[:50]
     return render(request, "home.html", {"sessions": sessions})

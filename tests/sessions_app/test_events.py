@@ -18,11 +18,17 @@ SAMPLES = {
     },
     "entry/message": {"entry": {"type": "message", "message": {"role": "bashExecution"}}},
     "entry/model_change": {"entry": {"type": "model_change", "provider": "p", "modelId": "m"}},
-    "entry/thinking_level_change": {"entry": {"type": "thinking_level_change", "thinkingLevel": "high"}},
-    "entry/compaction": {"entry": {"type": "compaction", "summary": "s", "firstKeptEntryId": "a", "tokensBefore": 9}},
+    "entry/thinking_level_change": {
+        "entry": {"type": "thinking_level_change", "thinkingLevel": "high"}
+    },
+    "entry/compaction": {
+        "entry": {"type": "compaction", "summary": "s", "firstKeptEntryId": "a", "tokensBefore": 9}
+    },
     "entry/branch_summary": {"entry": {"type": "branch_summary", "fromId": "a", "summary": "s"}},
     "entry/custom": {"entry": {"type": "custom", "customType": "x"}},
-    "entry/custom_message": {"entry": {"type": "custom_message", "customType": "x", "content": "c", "display": False}},
+    "entry/custom_message": {
+        "entry": {"type": "custom_message", "customType": "x", "content": "c", "display": False}
+    },
     "entry/label": {"entry": {"type": "label", "targetId": "a", "label": "l"}},
     "entry/session_info": {"entry": {"type": "session_info", "name": "n"}},
     "leaf/moved": {"from": None, "to": "a", "reason": "navigate"},
@@ -31,7 +37,12 @@ SAMPLES = {
     "step/start": {"turn": 0, "step": 0},
     "step/end": {"turn": 0, "step": 0},
     "request/header": {"reason": "initial", "provider": "offline", "model": "m"},
-    "request/sent": {"header_seq": 3, "leaf_entry_id": "a", "payload_sha256": "0" * 64, "token_estimate": 5},
+    "request/sent": {
+        "header_seq": 3,
+        "leaf_entry_id": "a",
+        "payload_sha256": "0" * 64,
+        "token_estimate": 5,
+    },
     "tool/call": {"call_id": "c1", "tool": "read_file", "arguments": "{}"},
     "approval/asked": {"approval_id": "p1", "tool": "write_file", "call_id": "c1"},
     "approval/decided": {"approval_id": "p1", "outcome": "rejected"},
@@ -55,10 +66,18 @@ def test_every_event_type_validates_its_sample(event_type):
     [
         ("turn/end", {"turn": 0, "reason": "bored"}, "reason"),
         ("turn/start", {"turn": -1}, "turn"),
-        ("request/sent", {"header_seq": 1, "leaf_entry_id": None, "payload_sha256": "xyz", "token_estimate": 1}, "payload_sha256"),
+        (
+            "request/sent",
+            {"header_seq": 1, "leaf_entry_id": None, "payload_sha256": "xyz", "token_estimate": 1},
+            "payload_sha256",
+        ),
         ("entry/label", {"entry": {"type": "custom"}}, "entry type must be 'label'"),
         ("tool/result", {"entry": {"type": "message", "message": {"role": "user"}}}, "role"),
-        ("user/message", {"entry": {"type": "message", "id": 5, "message": {"role": "user"}}}, "id must be a string"),
+        (
+            "user/message",
+            {"entry": {"type": "message", "id": 5, "message": {"role": "user"}}},
+            "id must be a string",
+        ),
         ("user/message", [], "JSON object"),
     ],
 )
@@ -81,8 +100,15 @@ def test_newer_schema_than_the_code_is_refused():
 def test_upcasters_run_in_a_chain_on_read(monkeypatch):
     monkeypatch.setattr(vocab.TurnStart, "version", 3)
     monkeypatch.setitem(vocab.UPCASTERS, ("turn/start", 1), lambda d: {**d, "n": d["turn"]})
-    monkeypatch.setitem(vocab.UPCASTERS, ("turn/start", 2), lambda d: {**d, "trigger": "message", "v3": True})
-    assert vocab.load_event("turn/start", 1, {"turn": 4}) == {"turn": 4, "n": 4, "trigger": "message", "v3": True}
+    monkeypatch.setitem(
+        vocab.UPCASTERS, ("turn/start", 2), lambda d: {**d, "trigger": "message", "v3": True}
+    )
+    assert vocab.load_event("turn/start", 1, {"turn": 4}) == {
+        "turn": 4,
+        "n": 4,
+        "trigger": "message",
+        "v3": True,
+    }
     assert vocab.load_event("turn/start", 3, {"turn": 4}) == {"turn": 4}
 
 

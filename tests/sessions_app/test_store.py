@@ -216,6 +216,7 @@ def test_concurrent_appends_are_gapless_and_tree_stays_valid(alice):
     assert all(e.parent_id is None or e.parent_id in entries for e in entries.values())
     # Every append chained onto the leaf it saw under the lock: one linear path.
     session.refresh_from_db()
+    assert session.leaf_entry_id is not None
     assert len(store.path_to_root(session.id, session.leaf_entry_id)) == threads * per_thread
 
 

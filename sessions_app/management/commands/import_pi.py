@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ class Command(StrandCommand):
                         owner=owner,
                         name=path.stem,
                         strict=options["strict"],
-                        on_warning=lambda w, p=path: self._warn(p, w),
+                        on_warning=partial(self._warn, path),
                         progress=bar.update,
                     )
                 except pi_io.PiImportError as exc:

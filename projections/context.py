@@ -1,0 +1,494 @@
+"""The model context of a leaf, built from the entry tree exactly as Pi 0.73.1 builds it.
+
+Two steps, as in Pi:
+
+1. `build_session_context` is Pi's `buildSessionContext`: walk from the leaf to the root,
+   read the settings (thinking level, model, latest compaction) from the path, then emit the
+   messages — the compaction summary and the kept window first when the path was compacted.
+   Its output, through `SessionContext.to_pi()`, is the object Pi returns, key for key.
+2. `to_provider_messages` is Pi's `convertToLlm` plus pi-ai's `transformMessages`: synthetic
+   roles become user messages, and every tool call is answered exactly once so that no
+   provider rejects the request.
+
+Messages are handed out as the same dicts the entries hold, as Pi does; callers must treat
+them as read-only.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from projections.records import EntryRecord
+
+Message = dict[str, Any]
+
+
+class UnsetType(enum.Enum):
+    """The type of `UNSET`: "no leaf given", which Pi treats unlike an explicit null."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = UnsetType.UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class SessionContext:
+    """What Pi's `buildSessionContext` returns: the messages of a path and its settings.
+
+    `thinking_level` is None only when the path's last `thinking_level_change` carries no
+    level (a malformed entry; Pi then reports `undefined`). `model` holds `provider` and
+    `modelId` as the entry that set it wrote them, each key only if that entry had it.
+    """
+
+    messages: tuple[Message, ...]
+    thinking_level: str | None
+    model: dict[str, Any] | None
+
+    def to_pi(self) -> dict[str, Any]:
+        """The context as Pi's object `{messages, thinkingLevel, model}`, ready for JSON."""
+        pi: dict[str, Any] = {"messages": list(self.messages)}
+        if self.thinking_level is not None:
+            pi["thinkingLevel"] = self.thinking_level
+        pi["model"] = self.model
+        return pi
+
+
+EMPTY_CONTEXT: Final = SessionContext(messages=(), thinking_level="off", model=None)
+
+
+# --- the path ------------------------------------------------------------------------
+
+
+def index_by_id(entries: Iterable[EntryRecord]) -> dict[str, EntryRecord]:
+    """Entries by id. On a duplicate id the later entry wins, as in Pi's Map."""
+    return {entry.id: entry for entry in entries}
+
+
+def path_to_root(by_id: Mapping[str, EntryRecord], leaf_id: str | None) -> list[EntryRecord]:
+    """The entries from the root down to `leaf_id` (root first); empty for an unknown leaf."""
+    leaf = by_id.get(leaf_id) if leaf_id else None
+    return _path_from(by_id, leaf) if leaf is not None else []
+
+
+def _path_from(by_id: Mapping[str, EntryRecord], leaf: EntryRecord) -> list[EntryRecord]:
+    """Follow parent ids up from `leaf` until a null or unknown parent.
+
+    An entry whose parent is unknown (an orphan) is the root of its own path. Pi would loop
+    forever on a cycle (an entry naming itself or a descendant as parent); we stop before
+    visiting an entry twice, so the cycle's last new entry becomes the root.
+    """
+    path: list[EntryRecord] = []
+    seen: set[str] = set()
+    current: EntryRecord | None = leaf
+    while current is not None and current.id not in seen:
+        path.append(current)
+        seen.add(current.id)
+        current = by_id.get(current.parent_id) if current.parent_id else None
+    path.reverse()
+    return path
+
+
+def _resolve_leaf(
+    entries: Sequence[EntryRecord],
+    by_id: Mapping[str, EntryRecord],
+    leaf_id: str | UnsetType,
+) -> EntryRecord | None:
+    # Pi falls back to the last entry in file order when the leaf is unset, empty or unknown.
+    leaf = by_id.get(leaf_id) if isinstance(leaf_id, str) and leaf_id else None
+    if leaf is None and entries:
+        return entries[-1]
+    return leaf
+
+
+# --- build_session_context -------------------------------------------------------------
+
+
+def build_session_context(
+    entries: Sequence[EntryRecord], leaf_id: str | None | UnsetType = UNSET
+) -> SessionContext:
+    """Pi's `buildSessionContext(entries, leafId)`. `entries` must be in file order (seq).
+
+    A null leaf (the user went back before the first entry) gives an empty context; an unset,
+    empty or unknown leaf means the last entry.
+    """
+    if leaf_id is None:
+        return EMPTY_CONTEXT
+    by_id = index_by_id(entries)
+    leaf = _resolve_leaf(entries, by_id, leaf_id)
+    if leaf is None:
+        return EMPTY_CONTEXT
+    path = _path_from(by_id, leaf)
+    thinking_level, model, compaction = _read_settings(path)
+    messages = _emit(path) if compaction is None else _emit_compacted(path, compaction)
+    return SessionContext(messages=tuple(messages), thinking_level=thinking_level, model=model)
+
+
+def _read_settings(
+    path: Sequence[EntryRecord],
+) -> tuple[str | None, dict[str, Any] | None, EntryRecord | None]:
+    """Thinking level, model and latest compaction: the last of each on the path wins."""
+    thinking_level: str | None = "off"
+    model: dict[str, Any] | None = None
+    compaction: EntryRecord | None = None
+    for entry in path:
+        data = entry.data
+        if entry.type == "thinking_level_change":
+            level = data.get("thinkingLevel")
+            thinking_level = level if isinstance(level, str) else None
+        elif entry.type == "model_change":
+            model = _model(data, provider="provider", model_id="modelId")
+        elif entry.type == "message" and _is_assistant(data.get("message")):
+            # An assistant reply names the model that wrote it, so it counts as a change too.
+            model = _model(data["message"], provider="provider", model_id="model")
+        elif entry.type == "compaction":
+            compaction = entry
+    return thinking_level, model, compaction
+
+
+def _is_assistant(message: object) -> bool:
+    return isinstance(message, Mapping) and message.get("role") == "assistant"
+
+
+def _model(source: Mapping[str, Any], *, provider: str, model_id: str) -> dict[str, Any]:
+    # A key missing from the entry is `undefined` in Pi, which JSON leaves out.
+    model: dict[str, Any] = {}
+    if provider in source:
+        model["provider"] = source[provider]
+    if model_id in source:
+        model["modelId"] = source[model_id]
+    return model
+
+
+def _emit(path: Iterable[EntryRecord]) -> list[Message]:
+    messages: list[Message] = []
+    for entry in path:
+        message = entry_message(entry)
+        if message is not None:
+            messages.append(message)
+    return messages
+
+
+def _emit_compacted(path: Sequence[EntryRecord], compaction: EntryRecord) -> list[Message]:
+    """Summary first, then the kept window before the compaction, then everything after it.
+
+    The kept window starts at `firstKeptEntryId`; when that entry is not on this path (it may
+    be on another branch) nothing before the compaction is kept. Older compactions in the
+    window give no message.
+    """
+    at = next(i for i, entry in enumerate(path) if entry is compaction)
+    first_kept = compaction.data.get("firstKeptEntryId")
+    kept_from = next((i for i in range(at) if path[i].id == first_kept), at)
+    summary = _compaction_summary(compaction)
+    return [summary, *_emit(path[kept_from:at]), *_emit(path[at + 1 :])]
+
+
+def entry_message(entry: EntryRecord) -> Message | None:
+    """The message one entry adds to a context (Pi's `appendMessage`), or None."""
+    data = entry.data
+    if entry.type == "message":
+        message = data.get("message")
+        # Pi would crash on a message entry without a message object; we leave it out.
+        if isinstance(message, dict):
+            return message
+        return dict(message) if isinstance(message, Mapping) else None
+    if entry.type == "custom_message":
+        return _custom_message(entry)
+    if entry.type == "branch_summary" and js_truthy(data.get("summary")):
+        return _branch_summary(entry)
+    return None
+
+
+def _custom_message(entry: EntryRecord) -> Message:
+    message: Message = {"role": "custom"}
+    _copy_present(entry.data, message, ("customType", "content", "display", "details"))
+    message["timestamp"] = entry_time_ms(entry)
+    return message
+
+
+def _branch_summary(entry: EntryRecord) -> Message:
+    message: Message = {"role": "branchSummary"}
+    _copy_present(entry.data, message, ("summary", "fromId"))
+    message["timestamp"] = entry_time_ms(entry)
+    return message
+
+
+def _compaction_summary(entry: EntryRecord) -> Message:
+    message: Message = {"role": "compactionSummary"}
+    _copy_present(entry.data, message, ("summary", "tokensBefore"))
+    message["timestamp"] = entry_time_ms(entry)
+    return message
+
+
+def _copy_present(source: Mapping[str, Any], target: Message, keys: Iterable[str]) -> None:
+    # Pi builds these objects with every key; a value missing from the entry is `undefined`
+    # there and disappears from the JSON, so we copy only the keys the entry has.
+    for key in keys:
+        if key in source:
+            target[key] = source[key]
+
+
+def js_truthy(value: object) -> bool:
+    """JavaScript truthiness of a JSON value: "", 0, null and false are falsy; [] and {} not."""
+    if isinstance(value, list | dict):
+        return True
+    return bool(value)
+
+
+# --- timestamps ----------------------------------------------------------------------
+
+
+def entry_time_ms(entry: EntryRecord) -> int | None:
+    """`new Date(entry.timestamp).getTime()`; None where JavaScript gets NaN."""
+    # The entry's own field is what Pi reads (even when it is not a string); the record's
+    # column stands in only when the data lacks it.
+    raw = entry.data.get("timestamp", entry.timestamp)
+    return js_date_ms(raw)
+
+
+_ISO_DATE = re.compile(
+    r"(?P<year>[+-]\d{6}|\d{4})(?:-(?P<month>\d{2})(?:-(?P<day>\d{2}))?)?"
+    r"(?:[Tt ](?P<hour>\d{2}):(?P<minute>\d{2})(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
+    # V8 takes a numeric offset only after a time, but a bare Z after a date too.
+    r"(?P<zone>[Zz]|[+-]\d{2}:?\d{2})?|(?P<bare_zone>[Zz]))?"
+)
+# JavaScript dates reach ±8.64e15 ms from the epoch; beyond that a date is invalid.
+_MAX_TIME_MS = 8_640_000_000_000_000
+_DAY_MS = 86_400_000
+
+
+def js_date_ms(value: object) -> int | None:
+    """What `new Date(value).getTime()` gives in V8 for a JSON value; None for NaN.
+
+    Strings follow V8's ISO-8601 reading: date-only, date-time with or without seconds and
+    fraction (cut to milliseconds, not rounded), `Z` or ±hh:mm offsets, 6-digit years, and
+    day-of-month overflow (Feb 30 is Mar 1). A date-time without an offset is local time
+    in JavaScript; we read it as UTC, which is what Pi sees on a UTC machine. V8's older
+    free-form formats ("Jan 2 2024") are not read and give None.
+    """
+    if value is None:
+        return 0  # new Date(null) is the epoch
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float):
+        return _time_clip(value)
+    if isinstance(value, str):
+        return _parse_iso_ms(value)
+    return None
+
+
+def _time_clip(value: float) -> int | None:
+    if value != value or abs(value) > _MAX_TIME_MS:  # NaN, infinities, out of range
+        return None
+    return int(value)  # truncates toward zero, as TimeClip does
+
+
+def _parse_iso_ms(text: str) -> int | None:
+    match = _ISO_DATE.fullmatch(text)
+    if match is None or match["year"] == "-000000":
+        return None
+    year = int(match["year"])
+    if match["bare_zone"] and (year < 100 or match["year"][0] in "+-"):
+        return None  # V8 reads these with its legacy parser, which guesses at the century
+    month = int(match["month"] or 1)
+    day = int(match["day"] or 1)
+    hour, minute, second = (int(match[k] or 0) for k in ("hour", "minute", "second"))
+    millis = int((match["fraction"] or "0")[:3].ljust(3, "0"))
+    if not (1 <= month <= 12 and 1 <= day <= 31 and minute <= 59 and second <= 59):
+        return None
+    if hour > 24 or (hour == 24 and (minute or second or millis)):
+        return None
+    offset = _zone_offset_ms(match["zone"])
+    if offset is None:
+        return None
+    days = _days_from_civil(year, month, 1) + day - 1
+    ms = days * _DAY_MS + ((hour * 60 + minute) * 60 + second) * 1000 + millis - offset
+    return ms if abs(ms) <= _MAX_TIME_MS else None
+
+
+def _zone_offset_ms(zone: str | None) -> int | None:
+    if zone is None or zone in ("Z", "z"):
+        return 0
+    digits = zone[1:].replace(":", "")
+    hours, minutes = int(digits[:2]), int(digits[2:])
+    if hours > 23 or minutes > 59:
+        return None
+    sign = -1 if zone[0] == "-" else 1
+    return sign * (hours * 60 + minutes) * 60_000
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    year -= month <= 2
+    era = year // 400  # Python's // floors, which the algorithm needs for negative years
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+# --- the provider boundary -------------------------------------------------------------
+
+# Our own wording for the two synthetic summaries; the summary itself goes inside tags so
+# that the model can tell it from the preamble.
+COMPACTION_PREAMBLE = (
+    "Earlier parts of this conversation were condensed to save space. "
+    "This summary stands in for them:\n\n"
+)
+BRANCH_PREAMBLE = (
+    "The conversation came back here after exploring another branch. "
+    "This summary tells what happened on that branch:\n\n"
+)
+NO_RESULT_TEXT = "No result provided"
+
+
+def to_provider_messages(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """Pi's neutral LLM messages (roles user, assistant, toolResult) for a context's messages.
+
+    As Pi's `convertToLlm`: bash executions, custom messages and summaries become user
+    messages; other roles are dropped. As pi-ai's `transformMessages`: assistant replies that
+    ended in an error or were aborted are left out (they are incomplete turns), and a tool
+    call without a result gets a synthetic error result after the results that do follow.
+    Beyond Pi, a tool result that answers no pending call of the assistant message before it
+    (for example one left over by a compaction) is dropped, because providers reject it.
+    """
+    paired: list[Message] = []
+    turn = _ToolTurn(paired)
+    for message in _convert_to_llm(messages):
+        role = message.get("role")
+        if role == "assistant":
+            turn.close()
+            if message.get("stopReason") in ("error", "aborted"):
+                continue
+            paired.append(message)
+            turn.open(message)
+        elif role == "toolResult":
+            if turn.answers(message):
+                paired.append(message)
+        else:
+            turn.close()
+            paired.append(message)
+    turn.close()
+    return paired
+
+
+class _ToolTurn:
+    """The tool calls of the last assistant message that still wait for a result."""
+
+    def __init__(self, output: list[Message]) -> None:
+        self._output = output
+        self._assistant: Mapping[str, Any] | None = None
+        self._waiting: dict[str, Mapping[str, Any]] = {}
+
+    def open(self, assistant: Mapping[str, Any]) -> None:
+        self._assistant = assistant
+        self._waiting = {call["id"]: call for call in _tool_calls(assistant)}
+
+    def answers(self, result: Mapping[str, Any]) -> bool:
+        """Whether `result` answers a waiting call; a call is answered at most once."""
+        call_id = result.get("toolCallId")
+        return isinstance(call_id, str) and self._waiting.pop(call_id, None) is not None
+
+    def close(self) -> None:
+        """Answer every call still waiting with a synthetic error result."""
+        for call_id, call in self._waiting.items():
+            self._output.append(_missing_result(call_id, call, self._assistant or {}))
+        self._waiting = {}
+        self._assistant = None
+
+
+def _tool_calls(assistant: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    content = assistant.get("content")
+    if not isinstance(content, list):
+        return []
+    return [
+        block
+        for block in content
+        if isinstance(block, Mapping)
+        and block.get("type") == "toolCall"
+        and isinstance(block.get("id"), str)
+    ]
+
+
+def _missing_result(call_id: str, call: Mapping[str, Any], assistant: Mapping[str, Any]) -> Message:
+    result: Message = {"role": "toolResult", "toolCallId": call_id}
+    if "name" in call:
+        result["toolName"] = call["name"]
+    result["content"] = [{"type": "text", "text": NO_RESULT_TEXT}]
+    result["isError"] = True
+    # Pi stamps the synthetic result with the current time; the assistant's own timestamp
+    # keeps this projection deterministic.
+    if "timestamp" in assistant:
+        result["timestamp"] = assistant["timestamp"]
+    return result
+
+
+def _convert_to_llm(messages: Iterable[Mapping[str, Any]]) -> Iterable[Message]:
+    for message in messages:
+        converted = _llm_message(message)
+        if converted is not None:
+            yield converted
+
+
+def _llm_message(message: Mapping[str, Any]) -> Message | None:
+    role = message.get("role")
+    if role in ("user", "assistant", "toolResult"):
+        return message if isinstance(message, dict) else dict(message)
+    if role == "bashExecution":
+        if message.get("excludeFromContext"):
+            return None  # the user ran it with `!!`: for their eyes only
+        return _user_text(bash_execution_text(message), message)
+    if role == "custom":
+        return _user_message(_content_blocks(message.get("content")), message)
+    if role == "branchSummary":
+        return _user_text(_tagged_summary(BRANCH_PREAMBLE, message), message)
+    if role == "compactionSummary":
+        return _user_text(_tagged_summary(COMPACTION_PREAMBLE, message), message)
+    return None
+
+
+def _user_text(text: str, source: Mapping[str, Any]) -> Message:
+    return _user_message([{"type": "text", "text": text}], source)
+
+
+def _user_message(content: list[Any], source: Mapping[str, Any]) -> Message:
+    message: Message = {"role": "user", "content": content}
+    if "timestamp" in source:
+        message["timestamp"] = source["timestamp"]
+    return message
+
+
+def _content_blocks(content: object) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
+
+
+def _tagged_summary(preamble: str, message: Mapping[str, Any]) -> str:
+    summary = message.get("summary")
+    return f"{preamble}<summary>\n{summary if isinstance(summary, str) else ''}\n</summary>"
+
+
+def bash_execution_text(message: Mapping[str, Any]) -> str:
+    """What the model reads for a shell command the user ran themselves (`!cmd`)."""
+    command = message.get("command") or ""
+    output = message.get("output")
+    parts = [f"The user ran this shell command: `{command}`"]
+    parts.append(f"Output:\n```\n{output}\n```" if output else "It printed nothing.")
+    exit_code = message.get("exitCode")
+    if message.get("cancelled"):
+        parts.append("The command was cancelled before it finished.")
+    elif exit_code is not None and exit_code != 0:
+        parts.append(f"It exited with code {exit_code}.")
+    if message.get("truncated"):
+        full_output = message.get("fullOutputPath")
+        where = f" The full output is in {full_output}." if full_output else ""
+        parts.append(f"The output above was truncated.{where}")
+    return "\n\n".join(parts)

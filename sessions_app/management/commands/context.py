@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from projections.context import UNSET, to_provider_messages
+from sessions_app import selectors
+from sessions_app.management.base import StrandCommand, session_by_id
+
+
+class Command(StrandCommand):
+    help = (
+        "Print the model context of a session's leaf as JSON: --format pi gives exactly what "
+        "Pi's buildSessionContext returns; --format provider gives the provider messages."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("session_id")
+        parser.add_argument(
+            "--leaf",
+            default=None,
+            metavar="ENTRY_ID|null",
+            help="the leaf to build for (default: the session's current leaf; null: no leaf)",
+        )
+        parser.add_argument("--format", choices=["pi", "provider"], default="pi")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        session = session_by_id(options["session_id"])
+        leaf = options["leaf"]
+        chosen = UNSET if leaf is None else (None if leaf == "null" else leaf)
+        context = selectors.session_context(session, chosen)
+        if options["format"] == "pi":
+            value: Any = context.to_pi()
+        else:
+            value = to_provider_messages(context.messages)
+        self.stdout.write(json.dumps(value, ensure_ascii=False, indent=2))
