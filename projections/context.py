@@ -131,6 +131,47 @@ def build_session_context(
     return SessionContext(messages=tuple(messages), thinking_level=thinking_level, model=model)
 
 
+@dataclass(frozen=True, slots=True)
+class PathSettings:
+    """The entries that decide a path's settings: the last thinking-level change, the last
+    model-setting entry (model_change or assistant message) and the last compaction on the
+    path, each None when the path has none."""
+
+    thinking: EntryRecord | None
+    model: EntryRecord | None
+    compaction: EntryRecord | None
+
+
+def build_context_from_window(
+    window: Sequence[EntryRecord], settings: PathSettings
+) -> SessionContext:
+    """The context for the leaf at the end of `window`, given the path's settings.
+
+    `window` is the tail of the root→leaf path (root first, leaf last) that holds everything
+    the context emits: the whole path when it has no compaction, else at least the path from
+    the compaction's `firstKeptEntryId` (when that entry is on the path) or from the
+    compaction itself. A store that records each entry's settings entries can then build a
+    context without reading the older part of a long path; the result is the same as
+    `build_session_context` over the whole path.
+    """
+    if not window:
+        return EMPTY_CONTEXT
+    # The two entries set different settings, so reading them in any order is the same as
+    # reading the whole path.
+    thinking_level, model, _ = _read_settings(
+        [e for e in (settings.thinking, settings.model) if e is not None]
+    )
+    compaction = settings.compaction
+    if compaction is None:
+        messages = _emit(window)
+    else:
+        on_window = next((e for e in window if e.id == compaction.id), None)
+        if on_window is None:
+            raise ValueError("the window does not reach back to the path's latest compaction")
+        messages = _emit_compacted(window, on_window)
+    return SessionContext(messages=tuple(messages), thinking_level=thinking_level, model=model)
+
+
 def _read_settings(
     path: Sequence[EntryRecord],
 ) -> tuple[str | None, dict[str, Any] | None, EntryRecord | None]:

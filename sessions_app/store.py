@@ -403,8 +403,11 @@ def entries_of(session_id: uuid.UUID | str) -> list[EntryRecord]:
         return [_entry_record(row) for row in cur.fetchall()]
 
 
-def path_to_root(session_id: uuid.UUID | str, leaf_id: str) -> list[EntryRecord]:
-    """Entries from the root to `leaf_id`, following parent ids (empty if the leaf is unknown).
+def path_to_root(
+    session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int = 0
+) -> list[EntryRecord]:
+    """Entries from the root (or from depth `min_depth`) down to `leaf_id`, following parent
+    ids; empty if the leaf is unknown.
 
     Stops at a missing parent (an orphan starts its own path) and never loops: the depth
     column strictly decreases along a valid path.
@@ -419,12 +422,33 @@ def path_to_root(session_id: uuid.UUID | str, leaf_id: str) -> list[EntryRecord]
                 SELECT e.entry_id, e.parent_id, e.type, e.timestamp, e.data, e.seq, e.depth
                 FROM sessions_app_entry e JOIN path p
                   ON e.session_id = %(s)s AND e.entry_id = p.parent_id AND e.depth < p.depth
+                WHERE e.depth >= %(min_depth)s
             )
             SELECT entry_id, parent_id, type, timestamp, data, seq FROM path ORDER BY depth
             """,
-            {"s": str(session_id), "leaf": leaf_id},
+            {"s": str(session_id), "leaf": leaf_id, "min_depth": min_depth},
         )
         return [_entry_record(row) for row in cur.fetchall()]
+
+
+def entries_by_id(session_id: uuid.UUID | str, ids: Iterable[str]) -> list[EntryRecord]:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT entry_id, parent_id, type, timestamp, data, seq FROM sessions_app_entry "
+            "WHERE session_id = %s AND entry_id = ANY(%s) ORDER BY seq",
+            [str(session_id), list(ids)],
+        )
+        return [_entry_record(row) for row in cur.fetchall()]
+
+
+def depth_of(session_id: uuid.UUID | str, entry_id: str) -> int | None:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT depth FROM sessions_app_entry WHERE session_id = %s AND entry_id = %s",
+            [str(session_id), entry_id],
+        )
+        row = cur.fetchone()
+    return int(row[0]) if row else None
 
 
 def _entry_record(row: tuple) -> EntryRecord:
