@@ -1,0 +1,267 @@
+"""Pi files: import time, and context build time for the latest leaf, at two session sizes;
+then Pi's own open + buildSessionContext of the same 2,000-entry file in Node.
+
+The generated sessions are linear conversations (user, assistant with a tool call, tool
+result, assistant) with a compaction every 200 entries that keeps the last ~40, a model or
+thinking-level change now and then, and a short side branch every 500 entries. Message
+text is 100 B–1.5 KB, so the 2,000-entry file is about the size of the one Pi's own
+figures were measured on (1.7 MB).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, ROOT, Report, Row, text_payload
+
+SIZES = (2_000, 100_000)
+CONTEXT_RUNS = 30
+PI_DIR = ROOT / "tests" / "fixtures" / "pi"
+
+
+def generate(target: Path, size: int, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    t0 = 1_767_225_600_000  # 2026-01-01
+    lines = [
+        {
+            "type": "session",
+            "version": 3,
+            "id": f"bench-{size}",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/bench",
+        }
+    ]
+    ids: list[str] = []
+    parent: str | None = None
+
+    def add(entry: dict[str, Any], parent_id: str | None) -> str:
+        n = len(ids)
+        entry_id = f"{n:08x}"
+        ms = t0 + n * 1000
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + ".000Z"
+        lines.append(
+            {
+                "type": entry.pop("type"),
+                "id": entry_id,
+                "parentId": parent_id,
+                "timestamp": stamp,
+                **entry,
+            }
+        )
+        ids.append(entry_id)
+        return entry_id
+
+    usage = {
+        "input": 900,
+        "output": 120,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+        "totalTokens": 1020,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+    }
+    turn = 0
+    since_compaction = 0
+    main_line: list[str] = []  # the conversation's own path, to keep entries from
+    while len(ids) < size:
+        n = len(ids)
+        if since_compaction >= 200:
+            since_compaction = 0
+            parent = add(
+                {
+                    "type": "compaction",
+                    "summary": text_payload(rng, 200, 800),
+                    "firstKeptEntryId": main_line[-40],
+                    "tokensBefore": 40_000,
+                },
+                parent,
+            )
+            main_line.append(parent)
+            continue
+        if n and n % 500 == 7:
+            side = add(
+                {"type": "message", "message": {"role": "user", "content": "a side question"}},
+                ids[-5],
+            )
+            add(
+                {"type": "branch_summary", "fromId": side, "summary": "explored a side question"},
+                side,
+            )
+            continue
+        if n % 97 == 3:
+            parent = add(
+                {"type": "thinking_level_change", "thinkingLevel": rng.choice(["low", "high"])},
+                parent,
+            )
+            main_line.append(parent)
+            continue
+        turn += 1
+        call = {
+            "type": "toolCall",
+            "id": f"call{turn}",
+            "name": "read_file",
+            "arguments": {"path": f"src/{turn}.py"},
+        }
+        parent = add(
+            {
+                "type": "message",
+                "message": {
+                    "role": "user",
+                    "content": text_payload(rng, 100, 600),
+                    "timestamp": t0,
+                },
+            },
+            parent,
+        )
+        parent = add(
+            {
+                "type": "message",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": text_payload(rng, 100, 800)}, call],
+                    "api": "openai-completions",
+                    "provider": "openai",
+                    "model": "gpt-5",
+                    "usage": usage,
+                    "stopReason": "toolUse",
+                    "timestamp": t0,
+                },
+            },
+            parent,
+        )
+        parent = add(
+            {
+                "type": "message",
+                "message": {
+                    "role": "toolResult",
+                    "toolCallId": f"call{turn}",
+                    "toolName": "read_file",
+                    "content": [{"type": "text", "text": text_payload(rng, 200, 1500)}],
+                    "isError": False,
+                    "timestamp": t0,
+                },
+            },
+            parent,
+        )
+        parent = add(
+            {
+                "type": "message",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": text_payload(rng, 100, 600)}],
+                    "api": "openai-completions",
+                    "provider": "openai",
+                    "model": "gpt-5",
+                    "usage": usage,
+                    "stopReason": "stop",
+                    "timestamp": t0,
+                },
+            },
+            parent,
+        )
+        main_line.extend(ids[-4:])
+        since_compaction += 4
+    with target.open("w", encoding="utf-8") as out:
+        for line in lines:
+            out.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+
+def run(report: Report) -> None:
+    from sessions_app import pi_io, selectors, services
+
+    owner = services.user_get_or_create_local(username="bench")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    context_ms: dict[int, float] = {}
+    files: dict[int, Path] = {}
+    for size in SIZES:
+        path = RESULTS / f"pi-{size}.jsonl"
+        if not path.exists():
+            generate(path, size)
+        files[size] = path
+        started = time.perf_counter()
+        with path.open("rb") as source:
+            session = pi_io.pi_import(source=source, owner=owner, name=path.stem).session
+        imported = time.perf_counter() - started
+        lengths = []
+        timings = []
+        for _ in range(3):
+            selectors.session_context(session)  # warm-up
+        for _ in range(CONTEXT_RUNS):
+            t = time.perf_counter()
+            context = selectors.session_context(session)
+            timings.append((time.perf_counter() - t) * 1000)
+            lengths.append(len(context.messages))
+        context_ms[size] = statistics.median(timings)
+        mb = path.stat().st_size / 1e6
+        report.add(
+            Row(
+                "pi files",
+                f"import, {size:,} entries ({mb:.1f} MB)",
+                f"{imported:.2f} s ({size / imported:,.0f} entries/s)",
+            ),
+            Row(
+                "pi files",
+                f"context of the latest leaf, {size:,} entries ({lengths[0]} messages)",
+                f"{context_ms[size]:.2f} ms",
+            ),
+        )
+    growth = context_ms[SIZES[1]] / context_ms[SIZES[0]]
+    report.add(
+        Row(
+            "pi files",
+            "context time, 100,000 vs 2,000 entries",
+            f"{growth:.2f}×",
+            "≤ 2×",
+            "met" if growth <= 2 else "NOT met",
+        )
+    )
+    pi_ms = _pi_open_and_build(files[SIZES[0]])
+    if pi_ms is None:
+        report.add(
+            Row(
+                "pi files",
+                "Pi open + buildSessionContext, 2,000 entries",
+                "not measured",
+                note="node or npm missing",
+            )
+        )
+        return
+    speedup = pi_ms / context_ms[SIZES[0]]
+    report.add(
+        Row(
+            "pi files",
+            "Pi 0.73.1 open + buildSessionContext, 2,000 entries (Node)",
+            f"{pi_ms:.2f} ms",
+        ),
+        Row(
+            "pi files",
+            "Strand context vs Pi open + build, 2,000 entries",
+            f"{speedup:.1f}× faster",
+            "≥ 2×",
+            "met" if speedup >= 2 else "NOT met",
+        ),
+    )
+
+
+def _pi_open_and_build(path: Path) -> float | None:
+    try:
+        if not (PI_DIR / "node_modules" / "@mariozechner" / "pi-coding-agent").exists():
+            subprocess.run(
+                ["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=PI_DIR, check=True
+            )
+        out = subprocess.run(
+            ["node", "bench.mjs", str(path), "--runs", "30"],
+            cwd=PI_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return float(json.loads(out.strip().splitlines()[-1])["median_ms"])
