@@ -109,19 +109,15 @@ def append_events(
         raise TooLarge(
             f"batch of {len(events)} events exceeds the limit of {settings.STRAND_MAX_BATCH}"
         )
-    prepared = [_validate(e) for e in events]
-    _check_batch_ids(prepared)
     for attempt in range(3):
+        prepared = _prepare(events)
         try:
             last_seq, leaf = _call_append(str(session_id), expected_seq, prepared)
             break
         except _GeneratedIdCollision:
-            # One of the 8-hex ids made here already names an entry: draw new ones.
+            # One of the 8-hex ids drawn here already names an entry: draw new ones.
             if attempt == 2:
                 raise InvalidEvent("could not draw a free entry id") from None
-            for p in prepared:
-                if p.generated_id:
-                    _assign_id(p, _new_entry_id())
     return AppendResult(
         first_seq=last_seq - len(prepared) + 1,
         last_seq=last_seq,
@@ -240,6 +236,34 @@ def _dumps(value: Any) -> str:
 # --- validation (before any SQL) ---------------------------------------------------------
 
 
+def _prepare(events: Sequence[NewEvent]) -> list[_Prepared]:
+    """Validate, complete and encode a batch; raises before any SQL runs."""
+    prepared = [_validate(e) for e in events]
+    _check_batch_ids(prepared)
+    _chain_in_batch(prepared)
+    for p in prepared:
+        _encode(p)
+    return prepared
+
+
+def _chain_in_batch(prepared: list[_Prepared]) -> None:
+    """Give an entry without a parent the leaf the batch itself left, where it is known here
+    (an earlier entry or leaf move of the batch). Only the batch's first such entry needs
+    the database's current leaf, which `strand_append` fills in."""
+    known = False
+    leaf: str | None = None
+    for p in prepared:
+        if p.entry is not None:
+            if not p.parent_given and known:
+                p.entry["parentId"] = leaf
+                p.parent_given = True
+            leaf = p.entry["id"]
+            known = True
+        elif p.event.type == "leaf/moved":
+            leaf = p.data.get("to")
+            known = True
+
+
 def _validate(event: NewEvent) -> _Prepared:
     if not isinstance(event.type, str) or not event.type:
         raise InvalidEvent("event type must be a non-empty string")
@@ -250,8 +274,6 @@ def _validate(event: NewEvent) -> _Prepared:
     prepared = _Prepared(event=event, data=dict(event.data))
     if isinstance(model, vocab.EntryEvent):
         _complete_entry(prepared, dict(model.entry), model.orphan)
-    else:
-        _encode(prepared)
     return prepared
 
 
@@ -270,13 +292,6 @@ def _complete_entry(p: _Prepared, entry: dict[str, Any], orphan: bool) -> None:
         **rest,
     }
     p.data["entry"] = p.entry
-    _encode(p)
-
-
-def _assign_id(p: _Prepared, entry_id: str) -> None:
-    assert p.entry is not None
-    p.entry["id"] = entry_id
-    _encode(p)
 
 
 def _check_batch_ids(prepared: list[_Prepared]) -> None:
