@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.db import transaction
 
-from sessions_app import services, store
+from sessions_app import pi_io, services, store
 from sessions_app.models import Session
 from sessions_app.store import NewEvent
 
 DEMO_TITLE = "Demo: a first look around"
+PI_DEMO_TITLE = "Demo: an imported Pi session with branches and compactions"
+PI_DEMO_FILE = Path(__file__).resolve().parent / "demo_data" / "pi-compactions-and-branches.jsonl"
 
 
 def _message(role: str, **fields: object) -> dict[str, object]:
@@ -79,4 +83,6 @@ def demo_load() -> list[Session]:
         }
         events = [NewEvent(roles[e["message"]["role"]], {"entry": e}) for e in entries]  # type: ignore[index]
         store.append_events(session.id, session.last_seq, events)
-    return [session]
+        with PI_DEMO_FILE.open("rb") as source:
+            imported = pi_io.pi_import(source=source, owner=owner, name=PI_DEMO_TITLE).session
+    return [session, imported]
