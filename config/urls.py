@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
 
-from sessions_app import views
+from sessions_app.api import api
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("accounts/login/", admin.site.login, name="login"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/", api.urls),
+    path("", include("sessions_app.urls")),
 ]
