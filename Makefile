@@ -53,7 +53,13 @@ test: setup browser-deps lint typecheck
 	$(BIN)/pytest -m "not browser" -q
 	$(BIN)/pytest -m browser -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
-bench: setup
+BENCH_STAMP := $(VENV)/.strand-bench-installed
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 clean:

@@ -11,9 +11,9 @@ from bench.common import ROOT, Report, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, pi
+    from bench import append, langgraph, pi
 
-    suites = {"append": append.run, "pi": pi.run}
+    suites = {"append": append.run, "pi": pi.run, "langgraph": langgraph.run}
     chosen = argv or list(suites)
     report = Report()
     started = time.perf_counter()
@@ -56,6 +56,12 @@ def _write(report: Report, took: float) -> None:
         "  `selectors.session_context` for the session's leaf (after 3 warm-ups). Pi's figure is",
         "  `tests/fixtures/pi/bench.mjs`: the median of 30 `SessionManager.open` +",
         "  `buildSessionContext()` of the same 2,000-entry file in one warm Node process.",
+        "- **langgraph**: `bench/langgraph.py`. One conversation per store is given N messages",
+        "  (~1 KB each), then single messages are appended and timed (median); the bytes per",
+        "  message are the growth of the store's tables (`pg_total_relation_size`, with TOAST",
+        "  and indexes) over those appends divided by their number. LangGraph: `StateGraph`",
+        "  `START → append → END` over `MessagesState` with `PostgresSaver` (seeded with one",
+        "  `update_state` of N messages). Strand: `append_events` of one `user/message`.",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 
