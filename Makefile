@@ -13,7 +13,7 @@ PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 
-.PHONY: run test setup migrate demo lint typecheck pytest browser-deps bench clean
+.PHONY: run test setup migrate demo lint typecheck pytest browser-deps bench cluster clean
 
 setup: $(STAMP) migrate
 
@@ -34,6 +34,10 @@ demo: setup
 run: setup demo
 	@echo "Strand: http://$(HOST):$(PORT)/"
 	$(BIN)/daphne -b $(HOST) -p $(PORT) config.asgi:application
+
+# Several processes behind a proxy, Redis for the channel layer (see deploy/cluster.py).
+cluster: setup demo
+	$(BIN)/python -m deploy.cluster
 
 # Debian's chromium for the browser tests, installed when it is missing.
 browser-deps:
