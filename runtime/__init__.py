@@ -1,1 +1,49 @@
-"""The agent loop: providers, tools, recovery. It reaches the store through a small protocol."""
+"""The agent runtime: the loop, providers, tools, compaction, crash recovery (DESIGN §7).
+
+It imports nothing from Django or `sessions_app`: it reaches the store through the small
+protocol in `runtime.ports`, which `sessions_app.agent` implements with Postgres (and the
+tests with an in-memory fake). Modules:
+
+- `ports` — the store protocol (append with an expected seq, reads, the turn lock, waiting);
+- `service` — `Runtime`: send / steer / follow up, cancel, approvals, compaction,
+  navigation with branch summaries, recovery;
+- `loop` — `TurnRunner`, one session's turns and steps;
+- `providers` — OpenAI-compatible and Anthropic streaming, behind `Provider.stream`;
+- `offline` — the deterministic offline model (its grammar is documented there);
+- `tools` — read_file, list_files, grep, write_file inside the session's cwd;
+- `compaction` — Pi's cut point and kept window, summaries;
+- `recovery` — the closers of a turn left open by a dead process;
+- `header` — the `request/header` snapshot; `messages` — Pi message shapes; `config` —
+  a preset read as `AgentConfig`.
+"""
+
+from __future__ import annotations
+
+from runtime.errors import (
+    AgentError,
+    ApprovalNotPending,
+    NotFound,
+    NothingToCompact,
+    SessionBusy,
+    TurnRunning,
+)
+from runtime.loop import Delta, Notice, TurnEnded
+from runtime.service import Compacted, Navigated, PendingApproval, Recovery, Runtime, Sent
+
+__all__ = [
+    "AgentError",
+    "ApprovalNotPending",
+    "Compacted",
+    "Delta",
+    "Navigated",
+    "NothingToCompact",
+    "NotFound",
+    "Notice",
+    "PendingApproval",
+    "Recovery",
+    "Runtime",
+    "SessionBusy",
+    "Sent",
+    "TurnEnded",
+    "TurnRunning",
+]

@@ -235,6 +235,8 @@ class InboxQueued(EventData):
 class InboxClaimed(EventData):
     type = "inbox/claimed"
     inbox_id: str
+    # `discarded`: the turn it waited for was cancelled (or failed), so it was never sent.
+    outcome: Literal["delivered", "discarded"] = "delivered"
 
 
 EVENT_TYPES: dict[str, type[EventData]] = {

@@ -1,0 +1,131 @@
+"""A session's agent settings, read from its preset (the dict stored on the session).
+
+Presets never hold secrets: an API key is read, when a run starts, from the environment
+variable the preset names (`api_key_env`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.errors import AgentError
+
+PROVIDER_KINDS = ("offline", "openai", "anthropic")
+
+# Pi's compaction defaults.
+DEFAULT_CONTEXT_WINDOW = 128_000
+DEFAULT_RESERVE_TOKENS = 16_384
+DEFAULT_KEEP_RECENT_TOKENS = 20_000
+
+
+class ConfigError(AgentError):
+    """A preset the runtime cannot run with; the message says what to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """US dollars per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    name: str
+    kind: str  # offline | openai | anthropic: the wire protocol
+    provider: str  # Pi's `provider` on assistant messages: openai, deepseek, anthropic…
+    model: str
+    system_prompt: str
+    tools: tuple[str, ...]
+    thinking_level: str = "off"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    base_url: str | None = None
+    api_key_env: str | None = None
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    reserve_tokens: int = DEFAULT_RESERVE_TOKENS
+    keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS
+    auto_compact: bool = True
+    pricing: Pricing = Pricing()
+    tool_timeout_s: float = 30.0
+    max_steps: int = 50
+    max_retries: int = 2
+    request_timeout_s: float = 600.0
+    cwd: str = ""
+
+    @property
+    def api(self) -> str:
+        """Pi's `api` name of the wire protocol."""
+        return {"openai": "openai-completions", "anthropic": "anthropic-messages"}.get(
+            self.kind, "offline"
+        )
+
+    @property
+    def compaction_threshold(self) -> int:
+        return self.context_window - self.reserve_tokens
+
+
+def config_from_preset(preset: Mapping[str, Any], *, cwd: str = "") -> AgentConfig:
+    kind = str(preset.get("provider") or "offline")
+    if kind not in PROVIDER_KINDS:
+        raise ConfigError(
+            f"preset provider must be one of {', '.join(PROVIDER_KINDS)}, not {kind!r}"
+        )
+    model = str(preset.get("model") or ("strand-offline-1" if kind == "offline" else ""))
+    if not model:
+        raise ConfigError(f"preset {preset.get('name', '?')!r} names no model")
+    tools = preset.get("tools")
+    config = AgentConfig(
+        name=str(preset.get("name") or kind),
+        kind=kind,
+        provider=str(preset.get("provider_name") or kind),
+        model=model,
+        system_prompt=str(preset.get("system_prompt") or ""),
+        tools=tuple(str(t) for t in tools) if isinstance(tools, Sequence) else (),
+        thinking_level=str(preset.get("thinking_level") or "off"),
+        params=dict(preset.get("params") or {}),
+        base_url=_str_or_none(preset.get("base_url")),
+        api_key_env=_str_or_none(preset.get("api_key_env")),
+        context_window=_positive(preset, "context_window", DEFAULT_CONTEXT_WINDOW),
+        reserve_tokens=_positive(preset, "reserve_tokens", DEFAULT_RESERVE_TOKENS),
+        keep_recent_tokens=_positive(preset, "keep_recent_tokens", DEFAULT_KEEP_RECENT_TOKENS),
+        auto_compact=bool(preset.get("auto_compact", True)),
+        pricing=_pricing(preset.get("pricing")),
+        tool_timeout_s=float(preset.get("tool_timeout_s") or 30.0),
+        max_steps=_positive(preset, "max_steps", 50),
+        max_retries=int(preset.get("max_retries", 2)),
+        request_timeout_s=float(preset.get("request_timeout_s") or 600.0),
+        cwd=cwd,
+    )
+    if config.reserve_tokens >= config.context_window:
+        raise ConfigError(
+            f"reserve_tokens ({config.reserve_tokens}) must be below context_window "
+            f"({config.context_window})"
+        )
+    return config
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _positive(preset: Mapping[str, Any], key: str, default: int) -> int:
+    value = preset.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"preset {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _pricing(value: Any) -> Pricing:
+    if not isinstance(value, Mapping):
+        return Pricing()
+
+    def price(key: str) -> float:
+        raw = value.get(key, 0)
+        return float(raw) if isinstance(raw, int | float) else 0.0
+
+    return Pricing(price("input"), price("output"), price("cacheRead"), price("cacheWrite"))

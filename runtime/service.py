@@ -1,0 +1,504 @@
+"""The runtime's services, over any `SessionLog`: send, cancel, approvals, compaction,
+navigation with branch summaries, crash recovery.
+
+`Runtime` keeps only this process's runs (asyncio tasks) in memory; every decision it makes
+is read from the log first and written back to it, under the session's turn lock where a
+decision needs one turn at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from projections.records import EntryRecord, EventRecord
+from runtime.compaction import (
+    branch_summary,
+    compaction_entry,
+    compaction_summary,
+    entries_left_behind,
+    prepare_compaction,
+)
+from runtime.config import AgentConfig, config_from_preset
+from runtime.errors import (
+    AgentError,
+    ApprovalNotPending,
+    NotFound,
+    NothingToCompact,
+    SessionBusy,
+    TurnRunning,
+)
+from runtime.loop import DeltaSink, NoticeSink, Run, TurnEnded, TurnRunner, new_inbox_id
+from runtime.messages import text_of
+from runtime.ports import NewFact, SeqConflict, SessionLog, TurnLock
+from runtime.providers import Provider, ProviderError, make_provider
+from runtime.recovery import closers
+from runtime.tools import Toolbox
+
+log = logging.getLogger("strand.runtime")
+
+MODES = ("message", "steer", "follow_up")
+_TARGET = {"steer": "next_step", "follow_up": "next_turn"}
+TURN_MARKERS = ("turn/start", "turn/end")
+RECENT_RUNS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What a message did: started turn `turn`, or was queued as `inbox_id`."""
+
+    turn: int | None = None
+    inbox_id: str | None = None
+    target: str | None = None  # next_step | next_turn, when queued
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    session_id: str
+    turn: int | None  # the turn closed, if any
+    status: str  # closed, nothing, running (a live process holds the turn lock)
+    unknown: int = 0
+    not_started: int = 0
+    step: int | None = None
+
+    def describe(self) -> str:
+        if self.status == "nothing":
+            return f"session {self.session_id}: nothing to recover"
+        if self.status == "running":
+            return f"session {self.session_id}: a live process is running it; left as it is"
+        parts = []
+        if self.unknown:
+            parts.append(f"{self.unknown} tool result(s) TOOL_OUTCOME_UNKNOWN")
+        if self.not_started:
+            parts.append(f"{self.not_started} tool result(s) TOOL_NOT_STARTED")
+        if self.step is not None:
+            parts.append(f"step {self.step} ended")
+        parts.append("turn/end interrupted")
+        return f"session {self.session_id}: closed turn {self.turn} ({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    entry_id: str
+    first_kept_entry_id: str
+    tokens_before: int
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Navigated:
+    leaf_id: str | None
+    editor_text: str | None  # the text of a user message the user went back to, to edit
+    summary_entry_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    approval_id: str
+    call_id: str
+    tool: str
+    arguments: str
+    turn: int | None
+    step: int | None
+    seq: int
+
+
+ProviderFactory = Callable[[AgentConfig], Provider]
+ToolboxFactory = Callable[[AgentConfig], Toolbox]
+
+
+def default_toolbox(config: AgentConfig) -> Toolbox:
+    return Toolbox.for_session(config.tools, config.cwd, timeout_s=config.tool_timeout_s)
+
+
+class Runtime:
+    def __init__(
+        self,
+        log: SessionLog,
+        *,
+        provider_factory: ProviderFactory | None = None,
+        toolbox_factory: ToolboxFactory = default_toolbox,
+        busy_wait_s: float = 3.0,
+    ) -> None:
+        self.log = log
+        self.provider_factory: ProviderFactory = provider_factory or make_provider
+        self.toolbox_factory = toolbox_factory
+        self.busy_wait_s = busy_wait_s
+        self.runs: dict[str, Run] = {}
+        # The latest run of each session, finished or not, for callers that wait for it.
+        self.recent: dict[str, Run] = {}
+
+    # --- sending -------------------------------------------------------------------------
+
+    async def send(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        mode: str = "message",
+        auto_approve: bool = False,
+        on_delta: DeltaSink | None = None,
+        on_notice: NoticeSink | None = None,
+    ) -> Sent:
+        """Start a turn with `text`, or queue it for the running turn (steer: its next step;
+        follow_up: the turn after it). A plain message while a turn runs is refused."""
+        if mode not in MODES:
+            raise AgentError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not text.strip():
+            raise AgentError("a message must not be empty")
+        config, provider, toolbox = await self._setup(session_id)
+        lock = await self._lock_or_queue(session_id, text, mode)
+        if isinstance(lock, Sent):
+            return lock
+        run = Run(session_id, lock)
+        # Registered at once, so that a cancel that comes while the turn starts finds it.
+        self.runs[session_id] = run
+        try:
+            await self._recover_locked(session_id)
+            runner = TurnRunner(
+                self.log,
+                session_id,
+                config,
+                provider,
+                toolbox,
+                run,
+                auto_approve=auto_approve,
+                on_delta=on_delta,
+                on_notice=on_notice,
+            )
+            await runner.load()
+            turn = await runner.start_turn(text)
+        except BaseException:
+            del self.runs[session_id]
+            await lock.release()
+            raise
+        self._remember(run)
+        run.current_turn = turn
+        # A fresh context: the run outlives the request that started it.
+        run.task = asyncio.get_running_loop().create_task(
+            self._drive(run, runner, turn), context=contextvars.Context()
+        )
+        return Sent(turn=turn)
+
+    async def _setup(self, session_id: str) -> tuple[AgentConfig, Provider, Toolbox]:
+        setup = await self.log.setup(session_id)
+        config = config_from_preset(setup.preset, cwd=setup.cwd)
+        return config, self.provider_factory(config), self.toolbox_factory(config)
+
+    async def _lock_or_queue(self, session_id: str, text: str, mode: str) -> TurnLock | Sent:
+        deadline = time.monotonic() + self.busy_wait_s
+        while True:
+            lock = await self.log.try_lock(session_id)
+            if lock is not None:
+                return lock
+            if await self._open_turn(session_id) is not None:
+                if mode == "message":
+                    raise TurnRunning(
+                        "a turn is running in this session: send the message as steer or "
+                        "follow_up, or cancel the turn first"
+                    )
+                queued = await self._queue(session_id, text, _TARGET[mode])
+                if queued is not None:
+                    return queued
+                continue
+            # The lock holder is finishing a turn, or compacting or navigating.
+            if time.monotonic() > deadline:
+                raise SessionBusy("the session is busy (a compaction or navigation is running)")
+            await asyncio.sleep(0.05)
+
+    async def _queue(self, session_id: str, text: str, target: str) -> Sent | None:
+        """Queue input for the open turn; None when the turn ended meanwhile."""
+        while True:
+            head = await self.log.head(session_id)
+            marker = await self.log.last_event(session_id, TURN_MARKERS)
+            if marker is None or marker.type != "turn/start":
+                return None
+            inbox_id = new_inbox_id()
+            fact = NewFact(
+                "inbox/queued",
+                {"inbox_id": inbox_id, "target": target, "text": text},
+                turn=_turn_of(marker),
+            )
+            try:
+                await self.log.append(session_id, head.last_seq, [fact])
+            except SeqConflict:
+                continue
+            return Sent(inbox_id=inbox_id, target=target)
+
+    async def _drive(self, run: Run, runner: TurnRunner, turn: int) -> list[TurnEnded]:
+        try:
+            return await runner.run_turns(turn)
+        except Exception:
+            log.exception("session %s: the run failed", run.session_id)
+            raise
+        finally:
+            if self.runs.get(run.session_id) is run:
+                del self.runs[run.session_id]
+            try:
+                await run.lock.release()
+            except Exception:
+                log.exception("session %s: releasing the turn lock failed", run.session_id)
+
+    # --- a running turn ------------------------------------------------------------------
+
+    def cancel_local(self, session_id: str) -> bool:
+        """Cancel this process's run of the session, if it has one."""
+        run = self.runs.get(session_id)
+        if run is None:
+            return False
+        run.cancel()
+        return True
+
+    def _remember(self, run: Run) -> None:
+        self.recent.pop(run.session_id, None)
+        self.recent[run.session_id] = run
+        while len(self.recent) > RECENT_RUNS:
+            del self.recent[next(iter(self.recent))]
+
+    async def wait(self, session_id: str, timeout: float | None = None) -> list[TurnEnded] | None:
+        """Wait for this process's latest run of the session to finish (it may have
+        already); its turn endings. None when this process started none."""
+        run = self.runs.get(session_id) or self.recent.get(session_id)
+        if run is None or run.task is None:
+            return None
+        await asyncio.wait_for(asyncio.shield(run.task), timeout)
+        return list(run.ended)
+
+    async def stop_all(self, timeout: float = 10.0) -> None:
+        """Cancel every run of this process and wait for them to end."""
+        runs = list(self.runs.values())
+        for run in runs:
+            run.cancel()
+        tasks = [run.task for run in runs if run.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    async def decide(
+        self, session_id: str, approval_id: str, outcome: str, by: str | None = None
+    ) -> None:
+        """Record the user's decision on a pending approval (allowed or rejected)."""
+        if outcome not in ("allowed", "rejected"):
+            raise AgentError(f"outcome must be allowed or rejected, not {outcome!r}")
+        while True:
+            head = await self.log.head(session_id)
+            asked = await self._pending(session_id, head.last_seq)
+            match = next((a for a in asked if a.approval_id == approval_id), None)
+            if match is None:
+                raise ApprovalNotPending(f"approval {approval_id} is not pending in this session")
+            data: dict[str, Any] = {"approval_id": approval_id, "outcome": outcome}
+            if by:
+                data["by"] = by
+            fact = NewFact("approval/decided", data, turn=match.turn, step=match.step)
+            try:
+                await self.log.append(session_id, head.last_seq, [fact])
+            except SeqConflict:
+                continue
+            return
+
+    async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
+        head = await self.log.head(session_id)
+        return await self._pending(session_id, head.last_seq)
+
+    async def _pending(self, session_id: str, upto: int) -> list[PendingApproval]:
+        marker = await self.log.last_event(session_id, TURN_MARKERS, before_seq=upto + 1)
+        if marker is None or marker.type != "turn/start":
+            return []
+        events = await self._events_from(session_id, marker.seq, upto)
+        asked: dict[str, PendingApproval] = {}
+        for event in events:
+            data = event.data
+            if event.type == "approval/asked":
+                approval_id = str(data.get("approval_id"))
+                asked[approval_id] = PendingApproval(
+                    approval_id,
+                    str(data.get("call_id")),
+                    str(data.get("tool")),
+                    str(data.get("arguments") or ""),
+                    event.turn,
+                    event.step,
+                    event.seq,
+                )
+            elif event.type == "approval/decided":
+                asked.pop(str(data.get("approval_id")), None)
+        return list(asked.values())
+
+    # --- recovery ------------------------------------------------------------------------
+
+    async def recover(self, session_id: str) -> Recovery:
+        """Close the session's open turn if the process that ran it is gone."""
+        if session_id in self.runs:
+            return Recovery(session_id, None, "running")
+        lock = await self.log.try_lock(session_id)
+        if lock is None:
+            marker = await self._open_turn(session_id)
+            return Recovery(session_id, None, "running" if marker is not None else "nothing")
+        try:
+            return await self._recover_locked(session_id)
+        finally:
+            await lock.release()
+
+    async def _recover_locked(self, session_id: str) -> Recovery:
+        while True:
+            head = await self.log.head(session_id)
+            marker = await self.log.last_event(
+                session_id, TURN_MARKERS, before_seq=head.last_seq + 1
+            )
+            if marker is None or marker.type != "turn/start":
+                return Recovery(session_id, None, "nothing")
+            turn = _turn_of(marker)
+            events = await self._events_from(session_id, marker.seq, head.last_seq)
+            closing = closers(turn, events)
+            try:
+                await self.log.append(session_id, head.last_seq, closing.facts)
+            except SeqConflict:
+                continue
+            log.info("session %s: closed turn %s left open by a dead process", session_id, turn)
+            return Recovery(
+                session_id, turn, "closed", closing.unknown, closing.not_started, closing.step
+            )
+
+    async def _open_turn(self, session_id: str) -> EventRecord | None:
+        marker = await self.log.last_event(session_id, TURN_MARKERS)
+        return marker if marker is not None and marker.type == "turn/start" else None
+
+    async def _events_from(self, session_id: str, first: int, last: int) -> list[EventRecord]:
+        events: list[EventRecord] = []
+        after = first - 1
+        while after < last:
+            page = await self.log.events_after(session_id, after)
+            if not page:
+                break
+            events.extend(e for e in page if e.seq <= last)
+            after = page[-1].seq
+        return events
+
+    # --- compaction and navigation -------------------------------------------------------
+
+    async def compact(self, session_id: str, instructions: str | None = None) -> Compacted:
+        """Compact the current path now (the user asked)."""
+        config, provider, _ = await self._setup(session_id)
+        lock = await self._exclusive(session_id)
+        try:
+            await self._recover_locked(session_id)
+            head = await self.log.head(session_id)
+            if head.leaf_entry_id is None:
+                raise NothingToCompact("nothing to compact: the session is empty")
+            window = await self.log.context_window(session_id, head.leaf_entry_id)
+            if window and window[-1].type == "compaction":
+                raise NothingToCompact("already compacted: nothing was added since")
+            prep = prepare_compaction(window, config.keep_recent_tokens)
+            if prep is None or not (prep.messages or prep.turn_prefix):
+                raise NothingToCompact(
+                    "nothing to compact: the whole conversation fits in the kept window "
+                    f"({config.keep_recent_tokens} tokens)"
+                )
+            summary = await _summary_or_error(
+                compaction_summary(provider, config, prep, instructions)
+            )
+            entry = compaction_entry(prep, summary, head.leaf_entry_id)
+            result = await self._append_at_head(
+                session_id, [NewFact("entry/compaction", {"entry": entry})]
+            )
+            return Compacted(result[0], prep.first_kept_entry_id, prep.tokens_before, summary)
+        finally:
+            await lock.release()
+
+    async def navigate(
+        self,
+        session_id: str,
+        entry_id: str | None,
+        *,
+        summarize: bool = False,
+        instructions: str | None = None,
+    ) -> Navigated:
+        """Move the current leaf as Pi's tree navigation does: to a user message's parent
+        (its text comes back for editing), to any other entry itself; with `summarize`,
+        a summary of the branch left behind becomes a `branch_summary` entry there."""
+        config, provider, _ = await self._setup(session_id)
+        lock = await self._exclusive(session_id)
+        try:
+            await self._recover_locked(session_id)
+            head = await self.log.head(session_id)
+            new_leaf, editor_text = None, None
+            if entry_id is not None:
+                target = await self.log.entry(session_id, entry_id)
+                if target is None:
+                    raise NotFound(f"{entry_id!r} is not an entry of this session")
+                new_leaf, editor_text = _landing(target)
+            if entry_id == head.leaf_entry_id:
+                return Navigated(head.leaf_entry_id, None, None)
+            facts = [NewFact("leaf/moved", {"to": new_leaf, "reason": "navigate"})]
+            summary_entry = None
+            if summarize and head.leaf_entry_id is not None:
+                old_path = await self.log.path(session_id, head.leaf_entry_id)
+                target_path = await self.log.path(session_id, entry_id) if entry_id else []
+                left = entries_left_behind(old_path, target_path)
+                if left:
+                    text, file_ops = await _summary_or_error(
+                        branch_summary(provider, config, left, instructions)
+                    )
+                    read, modified = file_ops.lists()
+                    summary_entry = {
+                        "type": "branch_summary",
+                        "parentId": new_leaf,
+                        "fromId": new_leaf or "root",
+                        "summary": text,
+                        "details": {"readFiles": read, "modifiedFiles": modified},
+                    }
+                    facts.append(NewFact("entry/branch_summary", {"entry": summary_entry}))
+            ids = await self._append_at_head(session_id, facts)
+            summary_id = ids[0] if summary_entry is not None else None
+            return Navigated(summary_id or new_leaf, editor_text, summary_id)
+        finally:
+            await lock.release()
+
+    async def _exclusive(self, session_id: str) -> TurnLock:
+        """The turn lock, for work that must not overlap a turn."""
+        deadline = time.monotonic() + self.busy_wait_s
+        while True:
+            lock = await self.log.try_lock(session_id)
+            if lock is not None:
+                return lock
+            if await self._open_turn(session_id) is not None:
+                raise TurnRunning("a turn is running in this session: wait for it or cancel it")
+            if time.monotonic() > deadline:
+                raise SessionBusy("the session is busy (a compaction or navigation is running)")
+            await asyncio.sleep(0.05)
+
+    async def _append_at_head(self, session_id: str, facts: Sequence[NewFact]) -> tuple[str, ...]:
+        while True:
+            head = await self.log.head(session_id)
+            try:
+                result = await self.log.append(session_id, head.last_seq, facts)
+            except SeqConflict:
+                continue
+            return result.entry_ids
+
+
+def _landing(target: EntryRecord) -> tuple[str | None, str | None]:
+    """Where the leaf goes when the user picks `target`, and the text to edit, if any."""
+    data: Mapping[str, Any] = target.data
+    if target.type == "message":
+        message = data.get("message")
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return target.parent_id, text_of(message.get("content"))
+    if target.type == "custom_message":
+        return target.parent_id, text_of(data.get("content"))
+    return target.id, None
+
+
+async def _summary_or_error(work: Any) -> Any:
+    try:
+        return await work
+    except ProviderError as exc:
+        raise AgentError(f"the summary could not be made: {exc}") from None
+
+
+def _turn_of(event: EventRecord) -> int:
+    value = event.data.get("turn", event.turn)
+    return value if isinstance(value, int) else 0
