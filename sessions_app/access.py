@@ -9,8 +9,10 @@ and exports all call these functions.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from sessions_app.models import Session
@@ -72,3 +74,77 @@ def session_for(user: Any, session_id: uuid.UUID | str, *, write: bool = False) 
     if write and not can_change(user, session):
         raise ReadOnly("staff may read this session but not change it")
     return session
+
+
+def signed_in(user: Any) -> Any:
+    """`user` if signed in, else SignInRequired: for actions that need no session."""
+    if not _authenticated(user):
+        raise SignInRequired("sign in, or send an API token as 'Authorization: Bearer …'")
+    return user
+
+
+# --- what a client may write --------------------------------------------------------------
+
+
+class NotAllowed(StoreError):
+    """A value the client may not choose (an event type the runtime writes, a working
+    directory outside the allowed roots, a preset that is not offered)."""
+
+    code = "not_allowed"
+
+
+# Event types a client may append through the API: entries (a program recording its own
+# agent's conversation, as a Pi import does), leaf moves and renames. Turns, steps, model
+# requests, tool calls, approvals and inbox items are written by the runtime alone, so that
+# the trace and the request audit show what the runtime did, not what a client claimed.
+_CLIENT_EVENT_TYPES = frozenset(
+    {"user/message", "assistant/message", "tool/result", "leaf/moved", "session/renamed"}
+)
+
+
+def check_client_event(event_type: str) -> None:
+    if event_type in _CLIENT_EVENT_TYPES or event_type.startswith("entry/"):
+        return
+    raise NotAllowed(
+        f"events of type {event_type!r} are written by the runtime, not through the API"
+    )
+
+
+def workspace_roots() -> list[Path]:
+    """Directories under which a client may place a session's working directory
+    (`settings.STRAND_WORKSPACE_ROOTS`; none by default)."""
+    roots = getattr(settings, "STRAND_WORKSPACE_ROOTS", None) or []
+    return [Path(root).resolve() for root in roots]
+
+
+def check_cwd(cwd: str) -> str:
+    """The working directory a client asked for, resolved, if it lies under an allowed root.
+
+    The agent's tools read and write inside a session's working directory, so letting a
+    client pick any directory would let it read any file the server can.
+    """
+    if not cwd:
+        return ""
+    if "\x00" in cwd:
+        raise NotAllowed("a working directory must not contain NUL characters")
+    resolved = Path(cwd).resolve()
+    for root in workspace_roots():
+        if resolved == root or root in resolved.parents:
+            return str(resolved)
+    raise NotAllowed(
+        "this working directory is not under an allowed workspace root (STRAND_WORKSPACE_ROOTS)"
+    )
+
+
+def check_preset(name: str | None) -> dict[str, Any] | None:
+    """The preset a client named (None: the default). A client names a preset and never
+    sends one: a preset says where model requests go and which environment variable holds
+    the key, so only the server's own presets (`sessions_app.presets`) may be chosen."""
+    from sessions_app.presets import PresetNotFound, preset_get
+
+    if name is None:
+        return None
+    try:
+        return preset_get(name)
+    except PresetNotFound as exc:
+        raise NotAllowed(str(exc)) from None

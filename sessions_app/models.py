@@ -125,3 +125,80 @@ class SessionDeletion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} deleted by {self.deleted_by}"
+
+
+class ApiToken(models.Model):
+    """A personal API token (`Authorization: Bearer …`). Only a digest of the token is kept:
+    the token itself is shown once, when it is made (`sessions_app.tokens`)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="strand_tokens"
+    )
+    name = models.CharField(max_length=100)
+    # The token's first characters, shown in lists so that people can tell tokens apart.
+    prefix = models.CharField(max_length=16)
+    # sha256 of the whole token, hex. Tokens are 256 random bits, so a fast hash is enough.
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class RateCounter(models.Model):
+    """Fixed-window rate limit counters, one row per (user, scope, window start).
+
+    Kept in Postgres so that every server process counts against the same limit; rows of
+    past windows are deleted as new windows open (`sessions_app.ratelimit`)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    scope = models.CharField(max_length=32)
+    window_start = models.DateTimeField()
+    count = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "scope", "window_start"], name="ratecounter_user_scope_window"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.scope} @ {self.window_start}: {self.count}"
+
+
+class RequestAudit(models.Model):
+    """One model request for the admin audit: a `request/header` or a `request/sent` event,
+    with the owner, provider and model it ran under (a `request/sent` takes them from the
+    header it names). A read-only database view over the event log (migration 0004)."""
+
+    # The event's own id (the view's key; nothing pages by it).
+    id = models.BigIntegerField(primary_key=True)
+    session = models.ForeignKey(Session, on_delete=models.DO_NOTHING, related_name="+")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=64)
+    time = models.DateTimeField()
+    turn = models.IntegerField(null=True)
+    step = models.IntegerField(null=True)
+    header_seq = models.BigIntegerField(null=True)
+    provider = models.TextField()
+    model = models.TextField()
+    token_estimate = models.BigIntegerField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "strand_request_audit"
+        ordering = ["-time", "session", "-seq"]
+        verbose_name = "model request"
+        verbose_name_plural = "model requests (audit)"
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"

@@ -44,6 +44,7 @@ def pi_import(
     source: IO[bytes],
     owner: User,
     name: str = "",
+    cwd: str | None = "",
     strict: bool = False,
     on_warning: Callable[[PiWarning], None] | None = None,
     progress: Progress | None = None,
@@ -52,6 +53,11 @@ def pi_import(
 
     The file is read line by line and written in batches, so memory stays bounded whatever
     its size. The current leaf ends on the last entry in file order, as when Pi opens it.
+
+    `cwd` is the new session's working directory, where its agent's tools may read and
+    write. It is the caller's to choose: a file's own `cwd` (taken when `cwd` is None) names
+    a folder on the machine that wrote it, and trusting it would let an uploaded file point
+    the tools anywhere. The header is kept as it is for the export either way.
     """
     warnings: list[PiWarning] = []
 
@@ -69,7 +75,7 @@ def pi_import(
             session = services.session_create(
                 owner=owner,
                 title=name,
-                cwd=str(header.get("cwd") or ""),
+                cwd=str(header.get("cwd") or "") if cwd is None else cwd,
                 source="import:pi",
                 pi_header=header,
             )

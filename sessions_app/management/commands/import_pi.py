@@ -24,6 +24,11 @@ class Command(StrandCommand):
         parser.add_argument(
             "--strict", action="store_true", help="treat lines Pi would skip as errors"
         )
+        parser.add_argument(
+            "--cwd",
+            default=None,
+            help="the sessions' working directory (default: the cwd each file names)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         owner = services.user_by_name(options["owner"])
@@ -39,6 +44,7 @@ class Command(StrandCommand):
                         source=source,
                         owner=owner,
                         name=path.stem,
+                        cwd=options["cwd"],
                         strict=options["strict"],
                         on_warning=partial(self._warn, path),
                         progress=bar.update,

@@ -1,0 +1,443 @@
+"""The API's request and response shapes: `<Thing>In` and `<Thing>Out`.
+
+Views come from `projections/` as frozen dataclasses; `plain` turns them into JSON values
+(dataclasses → objects with their `kind`, tuples → arrays, datetimes → ISO 8601). Content
+inside them (messages, tool arguments, event data) is passed through as JSON data, never as
+markup: the API renders every string JSON-escaped (see `SafeJSONRenderer` in `api.py`).
+
+Size limits on text fields live here, read from settings with defaults, so that a too-long
+value is refused with 422 before any service runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from django.conf import settings
+from ninja import Field, Schema
+
+from projections.trace import DEFAULT_PAGE_TURNS
+
+# --- limits --------------------------------------------------------------------------------
+
+TITLE_MAX = 500  # Session.title
+NAME_MAX = 100
+ENTRY_ID_MAX = 64  # Entry.entry_id
+CWD_MAX = 4096  # Session.cwd
+EVENT_TYPE_MAX = 64  # Event.type
+MESSAGE_MAX: int = getattr(settings, "STRAND_MAX_MESSAGE_CHARS", 100_000)
+INSTRUCTIONS_MAX: int = getattr(settings, "STRAND_MAX_INSTRUCTIONS_CHARS", 10_000)
+QUERY_MAX = 200
+PAGE_MAX = 200
+EVENTS_PAGE_MAX = 1000
+ENTRIES_PAGE_MAX = 5000
+SEQ_MAX = 2**62
+
+
+def plain(value: Any) -> Any:
+    """A projection's view as JSON values.
+
+    Dataclass fields become keys; a class-level `kind` (the chat items' discriminator) is
+    added; read-only properties that views expose for convenience are not included, except
+    the few named in `_PROPERTIES`.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        kind = getattr(type(value), "kind", None)
+        if isinstance(kind, str):
+            out["kind"] = kind
+        for f in dataclasses.fields(value):
+            if f.name.startswith("_"):
+                continue
+            out[f.name] = plain(getattr(value, f.name))
+        for name in _PROPERTIES.get(type(value).__name__, ()):
+            out[name] = plain(getattr(value, name))
+        return out
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(plain(v) for v in value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return plain(value.value)
+    return value
+
+
+_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "TraceSpan": ("duration_ms",),
+    "BashItem": ("is_error",),
+    "ImageRef": (),
+}
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+class ErrorOut(Schema):
+    """Every refusal: a stable `error` code and a readable `detail`."""
+
+    error: str = Field(..., examples=["not_found"])
+    detail: str
+    current_seq: int | None = Field(None, description="409 conflict: the session's seq now")
+    retry_after: int | None = Field(None, description="429: seconds until the next window")
+    errors: list[dict[str, Any]] | None = Field(None, description="422: each invalid field")
+
+
+# --- accounts ------------------------------------------------------------------------------
+
+
+class MeOut(Schema):
+    username: str
+    is_staff: bool
+    auth: Literal["session", "token"]
+
+
+class TokenIn(Schema):
+    name: str = Field(..., min_length=1, max_length=NAME_MAX)
+
+
+class TokenOut(Schema):
+    id: int
+    name: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreatedOut(TokenOut):
+    token: str = Field(..., description="The token itself. It is shown this once only.")
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+class SessionIn(Schema):
+    title: str = Field("", max_length=TITLE_MAX)
+    preset: str | None = Field(
+        None, max_length=NAME_MAX, description="A preset name offered by the server"
+    )
+    cwd: str = Field(
+        "", max_length=CWD_MAX, description="Working directory under an allowed workspace root"
+    )
+
+
+class SessionFilterIn(Schema):
+    q: str | None = Field(None, max_length=QUERY_MAX, description="Words in the title")
+    owner: str | None = Field(None, max_length=150, description="Owner's user name (staff)")
+    parent: uuid.UUID | None = Field(None, description="Forks of this session")
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    limit: int = Field(50, ge=1, le=PAGE_MAX)
+    cursor: str | None = Field(None, max_length=200, description="next_cursor of a page")
+
+
+class SessionRenameIn(Schema):
+    title: str = Field(..., min_length=1, max_length=TITLE_MAX)
+
+
+class SessionOut(Schema):
+    id: uuid.UUID
+    title: str
+    owner: str
+    created_at: datetime
+    updated_at: datetime
+    cwd: str
+    preset: dict[str, Any]
+    parent_id: uuid.UUID | None
+    fork_point: str | None
+    last_seq: int
+    leaf_entry_id: str | None
+    message_count: int
+    token_count: int
+    format_version: int
+    turn_status: Literal["idle", "running", "interrupted"] | None = Field(
+        None, description="Given when one session is read; not in lists"
+    )
+
+    @staticmethod
+    def resolve_owner(obj: Any) -> str:
+        return str(obj.owner.get_username())
+
+    @staticmethod
+    def resolve_turn_status(obj: Any) -> str | None:
+        return getattr(obj, "turn_status", None)
+
+
+class SessionPageOut(Schema):
+    items: list[SessionOut]
+    next_cursor: str | None
+
+
+class ForkIn(Schema):
+    entry_id: str = Field(..., min_length=1, max_length=ENTRY_ID_MAX)
+    title: str | None = Field(None, max_length=TITLE_MAX)
+
+
+# --- events and entries --------------------------------------------------------------------
+
+
+class EventPageIn(Schema):
+    after_seq: int = Field(-1, ge=-1, le=SEQ_MAX)
+    limit: int = Field(100, ge=1, le=EVENTS_PAGE_MAX)
+
+
+class EntryPageIn(Schema):
+    after_seq: int = Field(-1, ge=-1, le=SEQ_MAX)
+    limit: int = Field(500, ge=1, le=ENTRIES_PAGE_MAX)
+
+
+class EventIn(Schema):
+    type: str = Field(..., min_length=1, max_length=EVENT_TYPE_MAX)
+    data: dict[str, Any] = Field(default_factory=dict)
+    ignorable: bool = False
+
+
+class EventsAppendIn(Schema):
+    expected_seq: int = Field(..., ge=-1, le=SEQ_MAX)
+    events: list[EventIn] = Field(..., min_length=1)
+
+
+class AppendOut(Schema):
+    first_seq: int
+    last_seq: int
+    leaf_entry_id: str | None
+    entry_ids: list[str]
+
+
+class EventOut(Schema):
+    seq: int
+    type: str
+    version: int
+    time: datetime
+    data: dict[str, Any]
+    entry_id: str | None
+    turn: int | None
+    step: int | None
+
+
+class EventPageOut(Schema):
+    events: list[EventOut]
+    last_seq: int = Field(..., description="The session's newest seq when this page was read")
+    next_after_seq: int | None = Field(
+        ..., description="Pass as after_seq for the next page; null when caught up"
+    )
+
+
+class EntryOut(Schema):
+    id: str
+    parent_id: str | None
+    type: str
+    timestamp: str
+    seq: int
+    data: dict[str, Any]
+
+
+class EntryPageOut(Schema):
+    entries: list[EntryOut]
+    next_after_seq: int | None
+
+
+class LeafOut(Schema):
+    leaf_entry_id: str | None
+    last_seq: int
+
+
+class LeafIn(Schema):
+    entry_id: str | None = Field(
+        ..., max_length=ENTRY_ID_MAX, description="Any entry; null: the next entry is a root"
+    )
+
+
+class NavigateIn(Schema):
+    entry_id: str | None = Field(..., max_length=ENTRY_ID_MAX)
+    summarize: bool = False
+    instructions: str | None = Field(None, max_length=INSTRUCTIONS_MAX)
+
+
+class NavigateOut(Schema):
+    leaf_id: str | None
+    editor_text: str | None
+    summary_entry_id: str | None
+
+
+# --- views ---------------------------------------------------------------------------------
+
+
+class LeafQueryIn(Schema):
+    leaf: str | None = Field(
+        None, max_length=ENTRY_ID_MAX, description="An entry id (default: the current leaf)"
+    )
+
+
+class ContextIn(LeafQueryIn):
+    format: Literal["pi", "provider"] = Field(
+        "pi", description="Pi's context, or the messages a provider is sent"
+    )
+
+
+class TraceIn(Schema):
+    turns: int = Field(DEFAULT_PAGE_TURNS, ge=1, le=200, description="How many turns")
+    before_turn: int | None = Field(None, ge=0, le=2**31, description="older_turn of a page")
+
+
+class ContextOut(Schema):
+    format: Literal["pi", "provider"]
+    leaf_id: str | None
+    messages: list[dict[str, Any]]
+    thinking_level: str | None
+    model: dict[str, Any] | None
+
+
+class TreeNodeOut(Schema):
+    id: str
+    parent_id: str | None
+    type: str
+    role: str | None
+    timestamp: str
+    seq: int
+    depth: int
+    children: list[str]
+    text: str
+    label: str | None
+    marker: str | None
+    on_active_path: bool
+    is_current_leaf: bool
+    descendants: int
+    messages_below: int
+    newest_leaf_id: str
+    indent: int
+    prefix: str
+
+
+class TreeOut(Schema):
+    leaf_id: str | None
+    roots: list[str]
+    active_path: list[str]
+    nodes: list[TreeNodeOut] = Field(..., description="In display order (Pi's /tree)")
+    labels: dict[str, str]
+    session_name: str | None
+
+
+class ChatOut(Schema):
+    leaf_id: str | None
+    path_length: int
+    items: list[dict[str, Any]] = Field(
+        ...,
+        description="user, assistant, tool_result, bash, custom_message, compaction, "
+        "branch_summary, model_change and note items, told apart by `kind`",
+    )
+
+
+class TraceOut(Schema):
+    turns: list[int]
+    older_turn: int | None = Field(..., description="Pass as before_turn for older turns")
+    spans: list[dict[str, Any]]
+    usage: dict[str, Any]
+    running: bool
+    start: datetime | None
+    end: datetime | None
+    first_seq: int | None
+    last_seq: int | None
+
+
+class ToolSchemaOut(Schema):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ContextMessageOut(Schema):
+    index: int
+    role: str
+    message: dict[str, Any]
+    text: str
+    tokens: int
+    key: str
+
+
+class RequestOut(Schema):
+    seq: int
+    time: datetime
+    turn: int | None
+    step: int | None
+    header_seq: int
+    header_reason: str | None
+    provider: str
+    model: str
+    params: dict[str, Any]
+    system_prompt: str
+    thinking_level: str | None
+    tools: list[ToolSchemaOut]
+    leaf_entry_id: str | None
+    messages: list[ContextMessageOut]
+    token_total: int
+    recorded_token_estimate: int | None
+    provider_messages: list[dict[str, Any]]
+    payload: dict[str, Any] | None
+    payload_sha256: str | None
+    recorded_sha256: str
+    matches: bool
+    error: str | None
+    response_entry_id: str | None
+
+
+# --- the agent -----------------------------------------------------------------------------
+
+
+class MessageIn(Schema):
+    text: str = Field(..., min_length=1, max_length=MESSAGE_MAX)
+
+
+class SentOut(Schema):
+    turn: int | None = Field(..., description="The turn the message started")
+    inbox_id: str | None = Field(..., description="Set when queued for a running turn")
+    target: Literal["next_step", "next_turn"] | None
+
+
+class CancelOut(Schema):
+    running: bool = Field(..., description="Whether a turn was running when asked")
+
+
+class ApprovalOut(Schema):
+    approval_id: str
+    call_id: str
+    tool: str
+    arguments: str
+    turn: int | None
+    step: int | None
+    seq: int
+
+
+class ApprovalDecisionIn(Schema):
+    outcome: Literal["allowed", "rejected"]
+
+
+class CompactIn(Schema):
+    instructions: str | None = Field(None, max_length=INSTRUCTIONS_MAX)
+
+
+class CompactOut(Schema):
+    entry_id: str
+    first_kept_entry_id: str
+    tokens_before: int
+    summary: str
+
+
+# --- Pi files ------------------------------------------------------------------------------
+
+
+class ImportOut(Schema):
+    session: SessionOut
+    entries: int
+    warnings: list[str]

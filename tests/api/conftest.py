@@ -1,0 +1,184 @@
+"""Personas and clients for the API tests.
+
+Alice owns the sessions under test; Bob is another user; Carol is staff (she may read every
+session and change none but her own). Each persona talks to the API either with a personal
+token (`Authorization: Bearer …`) or with a signed-in browser session that sends the CSRF
+token, as a browser would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from sessions_app import agent, services, store, tokens
+from sessions_app.models import Session
+from sessions_app.store import NewEvent
+
+CSRF_SECRET = "A" * 32  # a CSRF cookie value Django accepts; the header repeats it
+
+OFFLINE_PRESET: dict[str, Any] = {
+    **services.DEFAULT_PRESET,
+    # Small enough that a few messages can be compacted on request.
+    "keep_recent_tokens": 10,
+}
+
+
+def user_msg(text: str) -> NewEvent:
+    return NewEvent(
+        "user/message",
+        {"entry": {"type": "message", "message": {"role": "user", "content": text}}},
+    )
+
+
+@dataclass
+class Api:
+    """A client for one persona: JSON in, (status, decoded body) out."""
+
+    client: Client
+    csrf: bool = False  # send the CSRF header on unsafe methods (cookie sign-in)
+
+    def call(self, method: str, path: str, body: Any = None, **extra: Any) -> Any:
+        if self.csrf and method not in ("GET", "HEAD", "OPTIONS"):
+            extra.setdefault("HTTP_X_CSRFTOKEN", CSRF_SECRET)
+        data = json.dumps(body) if body is not None else ""
+        url = path if path.startswith("/api/") else "/api" + path
+        return self.client.generic(method, url, data, content_type="application/json", **extra)
+
+    def get(self, path: str, **extra: Any) -> Any:
+        return self.call("GET", path, **extra)
+
+    def post(self, path: str, body: Any = None, **extra: Any) -> Any:
+        return self.call("POST", path, body if body is not None else {}, **extra)
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self.call("PATCH", path, body)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.call("PUT", path, body)
+
+    def delete(self, path: str) -> Any:
+        return self.call("DELETE", path)
+
+
+def token_api(user: Any) -> Api:
+    _, plaintext = tokens.token_create(user, "tests")
+    return Api(Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}"))
+
+
+def cookie_api(user: Any) -> Api:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    client.cookies["csrftoken"] = CSRF_SECRET
+    return Api(client, csrf=True)
+
+
+def body_of(response: Any) -> Any:
+    return json.loads(response.content)
+
+
+@pytest.fixture
+def carol(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(
+        username="carol", password="carol-pass-1234", is_staff=True
+    )
+
+
+@pytest.fixture
+def as_alice(alice: Any) -> Api:
+    return token_api(alice)
+
+
+@pytest.fixture
+def as_bob(bob: Any) -> Api:
+    return token_api(bob)
+
+
+@pytest.fixture
+def as_carol(carol: Any) -> Api:
+    return token_api(carol)
+
+
+@pytest.fixture
+def anonymous() -> Api:
+    return Api(Client())
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, settings: Any) -> Path:
+    """A working directory under an allowed workspace root."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "notes.txt").write_text("hello world\n")
+    settings.STRAND_WORKSPACE_ROOTS = [str(tmp_path)]
+    return root
+
+
+@pytest.fixture
+def alice_session(alice: Any) -> Session:
+    """Alice's session: three messages with a secret marker, a branch and a label."""
+    session = services.session_create(owner=alice, title="Alice's secret plans")
+    a, _b = store.append_events(
+        session.id, 0, [user_msg("secret-marker-7731 first"), user_msg("second")]
+    ).entry_ids
+    store.append_events(
+        session.id,
+        2,
+        [
+            NewEvent("leaf/moved", {"to": a, "reason": "navigate"}),
+            user_msg("secret-marker-7731 on a branch"),
+            NewEvent("entry/label", {"entry": {"type": "label", "targetId": a, "label": "start"}}),
+        ],
+    )
+    session.refresh_from_db()
+    return session
+
+
+# --- the agent ---------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _fast_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRAND_OFFLINE_CHUNK_DELAY_MS", "0")
+    monkeypatch.delenv("STRAND_TOOL_DELAY_MS", raising=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _agent_engine(request: pytest.FixtureRequest) -> Iterator[None]:
+    # The agent's database threads hold connections of their own: close them before the
+    # test database is dropped.
+    request.getfixturevalue("django_db_setup")
+    yield
+    agent.agent_shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _stop_runs() -> Iterator[None]:
+    yield
+    agent.agent_stop_local_runs()
+
+
+def wait_idle(session: Session, timeout: float = 20) -> None:
+    """Until no turn runs in the session (this process's runs)."""
+    agent.agent_wait(session.id, timeout)
+    deadline = time.monotonic() + timeout
+    while agent.agent_turn_status(session) == "running":
+        assert time.monotonic() < deadline, "the turn did not end"
+        time.sleep(0.02)
+
+
+def wait_for(predicate: Any, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -1,0 +1,82 @@
+"""The fixed-window counter: per user and scope, shared by every process (it is a row)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from sessions_app import ratelimit
+from sessions_app.models import RateCounter
+
+T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def two_per_minute(settings: Any) -> None:
+    settings.STRAND_RATE_LIMITS = {"message": (2, 60)}
+
+
+@pytest.mark.django_db
+def test_the_window_allows_the_limit_then_refuses(alice: Any, two_per_minute: None) -> None:
+    assert ratelimit.rate_hit(alice, "message", now=T0) == 1
+    assert ratelimit.rate_hit(alice, "message", now=T0 + timedelta(seconds=10)) == 2
+    with pytest.raises(ratelimit.RateLimited) as refused:
+        ratelimit.rate_hit(alice, "message", now=T0 + timedelta(seconds=20))
+    assert refused.value.retry_after == 40
+    # The next window starts afresh, and the old window's row goes.
+    assert ratelimit.rate_hit(alice, "message", now=T0 + timedelta(seconds=61)) == 1
+    assert RateCounter.objects.filter(user=alice).count() == 1
+
+
+@pytest.mark.django_db
+def test_users_and_scopes_count_apart(alice: Any, bob: Any, settings: Any) -> None:
+    settings.STRAND_RATE_LIMITS = {"message": (1, 60), "import": (1, 60)}
+    ratelimit.rate_hit(alice, "message", now=T0)
+    ratelimit.rate_hit(alice, "import", now=T0)
+    ratelimit.rate_hit(bob, "message", now=T0)
+    with pytest.raises(ratelimit.RateLimited):
+        ratelimit.rate_hit(bob, "message", now=T0)
+
+
+@pytest.mark.django_db
+def test_a_zero_limit_turns_the_scope_off(alice: Any, settings: Any) -> None:
+    settings.STRAND_RATE_LIMITS = {"message": (0, 60)}
+    for _ in range(5):
+        assert ratelimit.rate_hit(alice, "message", now=T0) == 0
+    assert not RateCounter.objects.exists()
+
+
+def test_defaults_apply_without_settings(settings: Any) -> None:
+    del settings.STRAND_RATE_LIMITS
+    assert ratelimit.limit_for("message") == ratelimit.DEFAULT_LIMITS["message"]
+    assert ratelimit.limit_for("import") == ratelimit.DEFAULT_LIMITS["import"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_connections_share_one_count(alice: Any, settings: Any) -> None:
+    """Hits from many connections at once (as from many server processes) add up exactly."""
+    settings.STRAND_RATE_LIMITS = {"message": (10, 60)}
+    allowed: list[int] = []
+    refused: list[int] = []
+
+    def hit() -> None:
+        try:
+            for _ in range(3):
+                try:
+                    allowed.append(ratelimit.rate_hit(alice, "message", now=T0))
+                except ratelimit.RateLimited:
+                    refused.append(1)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=hit) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(allowed) == list(range(1, 11)) and len(refused) == 8
+    assert RateCounter.objects.get(user=alice).count == 18
