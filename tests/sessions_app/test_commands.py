@@ -62,7 +62,9 @@ def test_demo_loads_once_into_the_local_account(capsys):
     call_command("demo")
     sessions = Session.objects.filter(owner__username="local")
     assert sessions.count() == 2
-    imported = [s for s in sessions if s.parent_id is None and s.entries.filter(type="compaction").exists()]
+    imported = [
+        s for s in sessions if s.parent_id is None and s.entries.filter(type="compaction").exists()
+    ]
     assert imported, "the demo includes an imported Pi session with compactions"
     call_command("demo")
     assert Session.objects.count() == 2
