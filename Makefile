@@ -39,11 +39,14 @@ run: setup demo
 cluster: setup demo
 	$(BIN)/python -m deploy.cluster
 
-# Debian's chromium for the browser tests, installed when it is missing.
+# Debian's chromium for the browser tests, installed when it is missing; and Pi's own code
+# (npm) for the tests that have Pi read what Strand exports.
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "Installing Debian's chromium for the browser tests..."; \
 		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/fixtures/pi/node_modules ]; then \
+		npm ci --prefix tests/fixtures/pi --no-audit --no-fund --silent; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

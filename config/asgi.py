@@ -15,9 +15,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from config.startup import RunOnceAtStart, recover_open_turns  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_asgi),
         "websocket": AllowedHostsOriginValidator(
@@ -25,3 +26,7 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# The first connection a process serves starts crash recovery (STRAND_RECOVER_AT_START=0
+# turns it off, as the test suite does for the servers it runs in-process).
+application = RunOnceAtStart(router, recover_open_turns)

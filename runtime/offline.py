@@ -139,7 +139,10 @@ def _chunks(text: str) -> list[str]:
 
 
 def _call_id(messages: Sequence[Any], index: int, call: Request) -> str:
-    seed = f"{len(messages)}:{index}:{call.tool}:{json.dumps(call.arguments, sort_keys=True)}"
+    # Deterministic, yet unique within a session: the whole conversation so far goes into the
+    # id, so the same request after a compaction (same message count) gets a new one.
+    said = [(m.get("role"), _text(m.get("content"))) for m in messages]
+    seed = json.dumps([said, index, call.tool, call.arguments], sort_keys=True, default=str)
     return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:16]
 
 

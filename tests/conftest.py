@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Tests decide when recovery runs; servers they start in-process or as children must not
+# close turns behind their back.
+os.environ.setdefault("STRAND_RECOVER_AT_START", "0")
 
 
 @pytest.fixture

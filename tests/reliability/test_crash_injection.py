@@ -1,0 +1,235 @@
+"""Crash injection: a server process running turns is killed with SIGKILL at random points.
+
+A seeded driver (STRAND_CRASH_SEED, default 7; STRAND_CRASH_KILLS, default 50) starts daphne
+on the test database, sends the offline model messages that read, list, search and write
+files (writes wait for an approval, which the driver sometimes gives), sometimes asks for a
+compaction, and kills the server at a random moment. After each restart — whose first
+request starts crash recovery — it checks that:
+
+- every event committed before the kill is still there, unchanged (the log only grows);
+- seqs are gapless from 0 (and unique: the database enforces it);
+- every turn that was started is closed exactly once, the killed one as `interrupted`;
+- every step is closed, every `tool/call` has exactly one `tool/result`;
+- the context of the current leaf pairs each tool call with a result;
+- `verify` finds no difference between the log and the stored projections;
+- the session still opens (its chat view through the API of the restarted server).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from projections.context import build_session_context
+from sessions_app import services, store, tokens
+from sessions_app.models import Session
+from sessions_app.verify import verify_session
+from tests.runtime.conftest import child_database_url
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = int(os.environ.get("STRAND_CRASH_SEED", "7"))
+KILLS = int(os.environ.get("STRAND_CRASH_KILLS", "50"))
+PORT = 23_000 + os.getpid() % 1000
+
+MESSAGES = [
+    "read notes.txt",
+    "list files",
+    "search for needle",
+    "read notes.txt and read todo.md",
+    "write out.txt: hello from the crash test",
+    "list files and search for needle and read todo.md",
+    "tell me about this conversation",
+]
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the server exited on start"
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the server did not listen on {port}")
+
+
+class Server:
+    def __init__(self, token: str) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {token}"
+        self.base = f"http://127.0.0.1:{PORT}/api"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "DATABASE_URL": child_database_url(),
+            "STRAND_RECOVER_AT_START": "1",
+            "STRAND_OFFLINE_CHUNK_DELAY_MS": "4",
+            "STRAND_TOOL_DELAY_MS": "40",
+        }
+        self.process = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("daphne")),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(PORT),
+                "config.asgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_for_port(PORT, self.process)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self.process = None
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = self.http.get(self.base + path, params=params, timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def post(self, path: str, body: dict[str, Any]) -> requests.Response:
+        return self.http.post(self.base + path, json=body, timeout=10)
+
+
+def _open_turns(session: Session) -> list[int]:
+    started: set[int] = set()
+    for event in store.events_after(session.id, -1, 1_000_000):
+        if event.type == "turn/start":
+            started.add(event.data["turn"])
+        elif event.type == "turn/end":
+            started.discard(event.data["turn"])
+    return sorted(started)
+
+
+def _wait_recovered(session: Session, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while _open_turns(session):
+        assert time.monotonic() < deadline, "recovery did not close the open turn"
+        time.sleep(0.05)
+
+
+def _check(
+    session: Session, before: list[tuple[int, str, Any]], server: Server
+) -> list[tuple[int, str, Any]]:
+    events = store.events_after(session.id, -1, 1_000_000)
+    now = [(e.seq, e.type, e.data) for e in events]
+    assert now[: len(before)] == before, "a committed event was lost or changed"
+    assert [seq for seq, _, _ in now] == list(range(len(now))), "seqs are not gapless"
+
+    ends = Counter(e.data["turn"] for e in events if e.type == "turn/end")
+    starts = Counter(e.data["turn"] for e in events if e.type == "turn/start")
+    assert set(ends) == set(starts) and all(n == 1 for n in ends.values()), (starts, ends)
+    assert all(n == 1 for n in starts.values())
+    step_starts = Counter(
+        (e.data["turn"], e.data["step"]) for e in events if e.type == "step/start"
+    )
+    step_ends = Counter((e.data["turn"], e.data["step"]) for e in events if e.type == "step/end")
+    assert step_starts == step_ends
+    calls = Counter(e.data["call_id"] for e in events if e.type == "tool/call")
+    results = Counter(
+        e.data["entry"]["message"]["toolCallId"] for e in events if e.type == "tool/result"
+    )
+    assert all(n == 1 for n in calls.values()) and all(n == 1 for n in results.values())
+    assert set(results) >= set(calls), "a dispatched tool call has no result"
+
+    session.refresh_from_db()
+    context = build_session_context(store.entries_of(session.id), session.leaf_entry_id)
+    asked = {
+        b["id"]
+        for m in context.messages
+        if m.get("role") == "assistant"
+        for b in m.get("content", [])
+        if isinstance(b, dict) and b.get("type") == "toolCall"
+    }
+    answered = {m["toolCallId"] for m in context.messages if m.get("role") == "toolResult"}
+    assert asked <= answered, "the context holds a tool call without its result"
+    assert verify_session(session) is None
+    chat = server.get(f"/sessions/{session.id}/views/chat")
+    assert "items" in chat
+    return now
+
+
+def _drive(server: Server, session: Session, rng: random.Random) -> None:
+    """Start work, then let it run for a random moment (deciding approvals on the way)."""
+    if rng.random() < 0.15:
+        server.post(f"/sessions/{session.id}/compact", {})
+    else:
+        server.post(f"/sessions/{session.id}/messages", {"text": rng.choice(MESSAGES)})
+    deadline = time.monotonic() + rng.uniform(0.0, 0.6)
+    while time.monotonic() < deadline:
+        if rng.random() < 0.5:
+            for approval in server.get(f"/sessions/{session.id}/approvals"):
+                outcome = rng.choice(["allowed", "allowed", "rejected"])
+                server.post(
+                    f"/sessions/{session.id}/approvals/{approval['approval_id']}",
+                    {"outcome": outcome},
+                )
+        time.sleep(rng.uniform(0.0, 0.1))
+
+
+def test_sigkill_at_random_points_loses_and_doubles_nothing(django_user_model, tmp_path):
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("a needle in the notes, line after line\n" * 120)
+    (workspace / "todo.md").write_text("- find the needle\n- write the report\n")
+    alice = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+    session = services.session_create(
+        owner=alice,
+        title="crash",
+        cwd=str(workspace),
+        preset={
+            "name": "offline",
+            "provider": "offline",
+            "model": "strand-offline-1",
+            "tools": ["read_file", "list_files", "grep", "write_file"],
+            # A small window, so that automatic compaction happens too.
+            "context_window": 6000,
+            "reserve_tokens": 1000,
+            "keep_recent_tokens": 1500,
+        },
+    )
+    _, token = tokens.token_create(alice, "crash")
+    server = Server(token)
+    rng = random.Random(SEED)
+    snapshot: list[tuple[int, str, Any]] = []
+    interrupted_before = 0
+    try:
+        for _ in range(KILLS):
+            server.start()
+            server.get("/me")  # the first request starts recovery
+            _wait_recovered(session)
+            snapshot = _check(session, snapshot, server)
+            _drive(server, session, rng)
+            server.kill()
+        server.start()
+        server.get("/me")
+        _wait_recovered(session)
+        snapshot = _check(session, snapshot, server)
+    finally:
+        if server.process is not None:
+            server.kill()
+    interrupted = sum(1 for _, t, d in snapshot if t == "turn/end" and d["reason"] == "interrupted")
+    assert interrupted > interrupted_before, "no kill landed inside a turn: the test proves nothing"
+    kinds = Counter(t for _, t, _ in snapshot)
+    assert kinds["tool/result"] and kinds["approval/asked"], kinds
