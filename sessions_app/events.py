@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 JSON = dict[str, Any]
+ENTRY_KEY_MAX = 64
 
 
 class EventError(ValueError):
@@ -77,6 +78,10 @@ class EntryEvent(EventData):
         for key in ("id", "parentId", "timestamp"):
             if key in entry and entry[key] is not None and not isinstance(entry[key], str):
                 raise ValueError(f"entry {key} must be a string")
+            # Pi's ids are 8 hex characters and its timestamps ISO strings; the store keeps
+            # each in a column of at most 64.
+            if isinstance(entry.get(key), str) and len(entry[key]) > ENTRY_KEY_MAX:
+                raise ValueError(f"entry {key} is longer than {ENTRY_KEY_MAX} characters")
         if "id" in entry and not entry["id"]:
             raise ValueError("entry id must not be empty")
         if cls.roles is not None:

@@ -178,7 +178,7 @@ def test_append_with_a_stale_seq_is_a_conflict_with_the_current_seq(
         ({"type": "approval/decided", "data": {}}, 422, "not_allowed"),
         ({"type": "no/such", "data": {}}, 422, "not_allowed"),
         ({"type": "user/message", "data": {"entry": {"type": "label"}}}, 422, "invalid_event"),
-        (entry_event("x", id="i" * 65), 422, "invalid"),
+        (entry_event("x", id="i" * 65), 422, "invalid_event"),
         (entry_event("x", parentId="missing"), 422, "invalid_event"),
         ({"type": "session/renamed", "data": {"title": "t" * 501}}, 422, "invalid_event"),
         ({"type": "leaf/moved", "data": {"to": "nowhere"}}, 422, "invalid_event"),

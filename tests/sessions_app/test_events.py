@@ -135,3 +135,10 @@ def test_event_type_for_each_pi_entry(entry, expected):
 def test_unknown_pi_entry_type_has_no_event():
     with pytest.raises(vocab.UnknownEventType):
         vocab.event_type_for_entry({"type": "mystery"})
+
+
+@pytest.mark.parametrize("key", ["id", "parentId", "timestamp"])
+def test_entry_keys_longer_than_the_store_keeps_are_refused(key):
+    entry = {"type": "message", "message": {"role": "user", "content": "x"}, key: "x" * 65}
+    with pytest.raises(vocab.EventError, match="longer than 64"):
+        vocab.validate_event("user/message", {"entry": entry})
