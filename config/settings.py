@@ -86,6 +86,8 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "template_partials",
     "channels",
+    # Serves the API docs' assets itself (no CDN: Strand works without a network).
+    "ninja",
     "sessions_app",
 ]
 
