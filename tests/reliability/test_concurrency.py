@@ -144,7 +144,12 @@ def test_two_processes_run_at_most_one_turn_of_a_session(alice_token, tmp_path):
             answers: list[requests.Response] = []
             barrier = threading.Barrier(2)
 
-            def send(port: int) -> None:
+            def send(
+                port: int,
+                barrier: threading.Barrier,
+                answers: list[requests.Response],
+                round_no: int,
+            ) -> None:
                 barrier.wait()
                 answers.append(
                     requests.post(
@@ -155,7 +160,10 @@ def test_two_processes_run_at_most_one_turn_of_a_session(alice_token, tmp_path):
                     )
                 )
 
-            threads = [threading.Thread(target=send, args=(BASE_PORT + i,)) for i in range(2)]
+            threads = [
+                threading.Thread(target=send, args=(BASE_PORT + i, barrier, answers, round_no))
+                for i in range(2)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
