@@ -205,7 +205,7 @@ class RequestAuditAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         """One request's exact context (a `request/sent`), or one header snapshot and the
         requests sent under it (a `request/header`)."""
-        from sessions_app.api import request_view
+        from sessions_app.selectors import request_view
 
         row = RequestAudit.objects.filter(pk=object_id).select_related("session", "owner").first()
         if row is None or not self.has_view_permission(request, row):

@@ -57,13 +57,13 @@ from ninja.utils import check_csrf
 
 from projections.chat import project_chat
 from projections.context import UNSET, to_provider_messages
-from projections.request import RequestNotFound, RequestView, project_request
+from projections.request import RequestNotFound
 from projections.trace import pick_turns, project_trace
 from projections.tree import project_tree
 from runtime import AgentError
 from runtime.config import ConfigError
 from sessions_app import access, agent, pi_io, ratelimit, selectors, services, store, tokens
-from sessions_app.models import Entry, Event, Session
+from sessions_app.models import Entry, Session
 from sessions_app.schemas import (
     TITLE_MAX,
     AppendOut,
@@ -321,34 +321,8 @@ def _user(request: HttpRequest) -> Any:
 # --- reads the API shares with the admin audit -------------------------------------------
 
 
-def request_view(session: Session, seq: int) -> RequestView:
-    """The exact context of the model request recorded at `seq` (a `request/sent`)."""
-    found = store.events_after(session.id, seq - 1, 1)
-    if not found or found[0].seq != seq or found[0].type != "request/sent":
-        raise RequestNotFound(f"no model request (request/sent) at seq {seq}")
-    sent = found[0]
-    events = {sent.seq: sent}
-    if sent.turn is not None:
-        events.update((e.seq, e) for e in store.events_of_turns(session.id, [sent.turn]))
-    header_seq = sent.data.get("header_seq")
-    if isinstance(header_seq, int) and header_seq not in events:
-        events.update((e.seq, e) for e in store.events_after(session.id, header_seq - 1, 1))
-    entries = [e for e in store.entries_of(session.id) if e.seq < seq]
-    return project_request(sorted(events.values(), key=lambda e: e.seq), entries, seq)
-
-
 def _all_events(session: Session) -> list[Any]:
     return store.events_after(session.id, -1, session.last_seq + 1)
-
-
-def _turn_numbers(session: Session) -> list[int]:
-    return [
-        t
-        for t in Event.objects.filter(session=session, type="turn/start").values_list(
-            "turn", flat=True
-        )
-        if t is not None
-    ]
 
 
 def _check_entry(session: Session, entry_id: str) -> None:
@@ -692,7 +666,9 @@ def trace_view(request: HttpRequest, session_id: uuid.UUID, query: Query[TraceIn
     """Turns → steps → model requests → tool calls: the latest `turns` turns, or those
     before `before_turn`."""
     session = access.session_for(_user(request), session_id)
-    window = pick_turns(_turn_numbers(session), last_n=query.turns, before_turn=query.before_turn)
+    window = pick_turns(
+        selectors.turn_numbers(session), last_n=query.turns, before_turn=query.before_turn
+    )
     trace = project_trace(store.events_of_turns(session.id, window.turns))
     return {**plain(trace), "turns": list(window.turns), "older_turn": window.older}
 
@@ -706,7 +682,7 @@ def request_get(request: HttpRequest, session_id: uuid.UUID, seq: int) -> Any:
     session = access.session_for(_user(request), session_id)
     if seq < 0 or seq > session.last_seq:
         raise RequestNotFound(f"no model request at seq {seq}")
-    return plain(request_view(session, seq))
+    return plain(selectors.request_view(session, seq))
 
 
 # --- the agent ---------------------------------------------------------------------------

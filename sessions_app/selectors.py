@@ -16,8 +16,9 @@ from projections.context import (
     build_context_from_window,
 )
 from projections.records import EntryRecord
+from projections.request import RequestNotFound, RequestView, project_request
 from sessions_app import store
-from sessions_app.models import Session
+from sessions_app.models import Event, Session
 
 
 def session_context(session: Session, leaf_id: str | None | UnsetType = UNSET) -> SessionContext:
@@ -97,3 +98,33 @@ def _facts(session: Session, sql: str, params: list[Any]) -> _LeafFacts | None:
 
 def entry_records(session: Session) -> list[EntryRecord]:
     return store.entries_of(session.id)
+
+
+def request_view(session: Session, seq: int) -> RequestView:
+    """The exact context of the model request recorded at `seq` (a `request/sent`).
+
+    Reads only what the rebuild needs: that turn's events, the header the request names,
+    and the entries that existed when it was sent.
+    """
+    found = store.events_after(session.id, seq - 1, 1)
+    if not found or found[0].seq != seq or found[0].type != "request/sent":
+        raise RequestNotFound(f"no model request (request/sent) at seq {seq}")
+    sent = found[0]
+    events = {sent.seq: sent}
+    if sent.turn is not None:
+        events.update((e.seq, e) for e in store.events_of_turns(session.id, [sent.turn]))
+    header_seq = sent.data.get("header_seq")
+    if isinstance(header_seq, int) and header_seq not in events:
+        events.update((e.seq, e) for e in store.events_after(session.id, header_seq - 1, 1))
+    entries = [e for e in store.entries_of(session.id) if e.seq < seq]
+    return project_request(sorted(events.values(), key=lambda e: e.seq), entries, seq)
+
+
+def turn_numbers(session: Session) -> list[int]:
+    """The numbers of the session's turns, oldest first."""
+    turns = (
+        Event.objects.filter(session=session, type="turn/start", turn__isnull=False)
+        .order_by("seq")
+        .values_list("turn", flat=True)
+    )
+    return [t for t in turns if t is not None]
