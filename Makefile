@@ -29,7 +29,7 @@ migrate: $(STAMP)
 	@$(BIN)/python manage.py migrate --verbosity 0
 
 demo: setup
-	@$(BIN)/python manage.py demo
+	@STRAND_URL=http://$(HOST):$(PORT)/ $(BIN)/python manage.py demo
 
 run: setup demo
 	@echo "Strand: http://$(HOST):$(PORT)/"

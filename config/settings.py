@@ -164,3 +164,13 @@ STRAND_LOCAL_USER = os.environ.get("STRAND_LOCAL_USER", "local")
 # Largest accepted event, as JSON bytes, and most events in one append.
 STRAND_MAX_EVENT_BYTES = int(os.environ.get("STRAND_MAX_EVENT_BYTES", str(1024 * 1024)))
 STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
+# Folders under which sessions may have their working directory (where the agent's tools
+# read and write), separated by os.pathsep. A new session gets its owner's own folder under
+# the first one.
+STRAND_WORKSPACE_ROOTS = [
+    root
+    for root in os.environ.get("STRAND_WORKSPACE_ROOTS", str(STATE_DIR / "workspaces")).split(
+        os.pathsep
+    )
+    if root
+]

@@ -117,6 +117,20 @@ def workspace_roots() -> list[Path]:
     return [Path(root).resolve() for root in roots]
 
 
+def default_cwd(user: Any = None) -> str:
+    """A new session's working directory unless another is given: its owner's own folder
+    under the first allowed workspace root (made on demand), or none when no root is set
+    (its tools then report that it has no workspace). Owners do not share folders."""
+    roots = workspace_roots()
+    if not roots:
+        return ""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return str(roots[0])
+    folder = roots[0] / f"user-{user.pk}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
 def check_cwd(cwd: str) -> str:
     """The working directory a client asked for, resolved, if it lies under an allowed root.
 

@@ -428,7 +428,7 @@ def session_create(request: HttpRequest, body: SessionIn) -> Any:
     session = services.session_create(
         owner=user,
         title=body.title,
-        cwd=access.check_cwd(body.cwd),
+        cwd=access.check_cwd(body.cwd) if body.cwd else access.default_cwd(user),
         preset=access.check_preset(body.preset),
     )
     return Status(201, session)

@@ -1,12 +1,23 @@
-"""Demo data for `make run`: a small session so that every view has something to show."""
+"""The first run of `make run`: the local account and demo sessions.
+
+The local account (STRAND_LOCAL_USER, default `local`) gets a generated password the first
+time, printed once with the address and the user name; there is no fixed default password.
+Later runs leave the password alone. The demo sessions (a short session with a tool call,
+and an imported Pi session with branches and compactions) are loaded once.
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
+import sys
 from pathlib import Path
+from typing import Any, TextIO
 
+from django.contrib.auth.models import User
 from django.db import transaction
 
-from sessions_app import pi_io, services, store
+from sessions_app import access, pi_io, services, store
 from sessions_app.models import Session
 from sessions_app.store import NewEvent
 
@@ -19,13 +30,70 @@ def _message(role: str, **fields: object) -> dict[str, object]:
     return {"type": "message", "message": {"role": role, **fields}}
 
 
-def demo_load() -> list[Session]:
-    """Create the demo sessions for the local account unless they already exist."""
-    owner = services.user_get_or_create_local()
+def server_address() -> str:
+    """Where `make run` serves (STRAND_URL, else daphne's default address)."""
+    return os.environ.get("STRAND_URL") or "http://127.0.0.1:8000/"
+
+
+def local_account_ensure(out: TextIO | None = None) -> tuple[User, str | None]:
+    """The local account, with a generated password when it has none yet.
+
+    Returns the user and the new password (None when the account already had one). The
+    password is printed to `out` with the address and the user name.
+    """
+    user = services.user_get_or_create_local()
+    if user.password and user.has_usable_password():
+        return user, None
+    password = secrets.token_urlsafe(12)
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    if out is not None:
+        name = user.get_username()
+        out.write(
+            f"\nStrand: sign in at {server_address()}\n"
+            f"  user name: {name}\n"
+            f"  password:  {password}\n"
+            f"(shown once; change it with `python manage.py changepassword {name}`)\n\n"
+        )
+        out.flush()
+    return user, password
+
+
+DEMO_FILES = {
+    "README.md": "# Demo project\n\nA small folder for trying Strand's agent: ask it to\n"
+    "`list files`, `read README.md`, `search for needle`, or `write notes.md: some text`\n"
+    "(writes wait for your approval).\n",
+    "notes.txt": "Ideas\n- a needle in a haystack\n- branch the conversation and compare\n",
+    "src/app.py": "def greet(name: str) -> str:\n    return f'Hello, {name}!'\n",
+}
+
+
+def demo_workspace(owner: Any) -> str:
+    """The owner's own folder under the first workspace root, with a few files to look at.
+
+    Never the project folder: the agent's tools read what is under a session's working
+    directory, and the project folder holds the server's secret key.
+    """
+    folder = access.default_cwd(owner)
+    if not folder:
+        return ""
+    for name, text in DEMO_FILES.items():
+        path = Path(folder) / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return folder
+
+
+def demo_load(out: TextIO | None = None) -> list[Session]:
+    """Make sure the local account exists (with a generated password, printed to `out`,
+    standard output by default) and holds the demo sessions; create what is missing.
+    Returns the sessions created."""
+    owner, _ = local_account_ensure(out if out is not None else sys.stdout)
     if Session.objects.filter(owner=owner, title=DEMO_TITLE).exists():
         return []
     with transaction.atomic():
-        session = services.session_create(owner=owner, title=DEMO_TITLE, cwd=".")
+        session = services.session_create(owner=owner, title=DEMO_TITLE, cwd=demo_workspace(owner))
         call = {
             "type": "toolCall",
             "id": "call_demo_1",

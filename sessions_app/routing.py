@@ -4,4 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import path
+
+from sessions_app.consumers import SessionConsumer
+
+websocket_urlpatterns: list[Any] = [
+    path("ws/sessions/<uuid:session_id>/", SessionConsumer.as_asgi()),
+]

@@ -1,0 +1,135 @@
+"""The live feed of one session: `ws/sessions/<id>/?after_seq=N` (DESIGN §6).
+
+Protocol, server to client, one JSON object per message:
+
+    {"type": "event", "seq": 12, "event": "assistant/message", "time": "…", "turn": 3,
+     "step": 1, "entry_id": "a1b2c3d4", "data": {…}}     a committed event, in seq order
+    {"type": "ready", "last_seq": 12}                      catch-up done: live from here on
+    {"type": "delta", "turn": 3, "step": 1, "kind": "text", "block": "0", "text": "…",
+     "name": null}                                          ephemeral text of the step in flight
+
+The socket first sends every event with seq > N from the database, then each event as it
+commits (any process; see `live`), and deltas as the runtime publishes them. Each event is
+sent once per connection: the consumer keeps the seq it has sent up to and reads only after
+it. A client that reconnects with its last seq misses nothing; it drops any seq it already
+has, so nothing is shown twice.
+
+Access: the cookie session (AuthMiddlewareStack) and `access.session_for`; the Origin
+header is checked by AllowedHostsOriginValidator before this consumer runs. A refused
+socket is closed before the handshake completes (HTTP 403).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.core.serializers.json import DjangoJSONEncoder
+
+from projections.records import EventRecord
+from sessions_app import access, live, store
+
+PAGE = 500
+CLOSE_REFUSED = 4403
+
+
+def event_message(event: EventRecord) -> dict[str, Any]:
+    return {
+        "type": "event",
+        "seq": event.seq,
+        "event": event.type,
+        "time": event.time.isoformat(),
+        "turn": event.turn,
+        "step": event.step,
+        "entry_id": event.entry_id,
+        "data": event.data,
+    }
+
+
+def delta_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A runtime delta (see `sessions_app.agent`) as the client sees it."""
+    return {
+        "type": "delta",
+        "turn": message.get("turn"),
+        "step": message.get("step"),
+        "kind": message.get("kind"),
+        "block": message.get("block"),
+        "text": message.get("delta", message.get("text", "")),
+        "name": message.get("name"),
+    }
+
+
+def after_seq_of(query_string: bytes) -> int:
+    values = parse_qs(query_string.decode("latin-1")).get("after_seq", [])
+    try:
+        return max(-1, int(values[0])) if values else -1
+    except ValueError:
+        return -1
+
+
+def _visible_session_id(user: Any, session_id: str) -> str | None:
+    try:
+        return str(access.session_for(user, session_id).id)
+    except store.StoreError:
+        return None
+
+
+class SessionConsumer(AsyncJsonWebsocketConsumer):
+    session_id: str | None = None
+    cursor: int = -1
+
+    async def connect(self) -> None:
+        requested = str(self.scope["url_route"]["kwargs"]["session_id"])
+        session_id = await database_sync_to_async(_visible_session_id)(
+            self.scope.get("user"), requested
+        )
+        if session_id is None:
+            await self.close(code=CLOSE_REFUSED)
+            return
+        self.session_id = session_id
+        self.cursor = after_seq_of(self.scope.get("query_string", b""))
+        await self.accept()
+        # Listen first, then read: a commit lands either in the read or in a notification.
+        await self.channel_layer.group_add(live.group_name(session_id), self.channel_name)
+        await live.subscribe(session_id, self.channel_name)
+        await self._send_new_events()
+        await self.send_json({"type": "ready", "last_seq": self.cursor})
+
+    async def disconnect(self, code: int) -> None:
+        if self.session_id is None:
+            return
+        live.unsubscribe(self.session_id, self.channel_name)
+        await self.channel_layer.group_discard(live.group_name(self.session_id), self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        # The feed is one-way; writes go through the HTTP forms and the API.
+        return
+
+    async def session_committed(self, message: Mapping[str, Any]) -> None:
+        last_seq = message.get("last_seq")
+        if isinstance(last_seq, int) and last_seq <= self.cursor:
+            return
+        await self._send_new_events()
+
+    async def session_delta(self, message: Mapping[str, Any]) -> None:
+        await self.send_json(delta_message(message))
+
+    async def _send_new_events(self) -> None:
+        assert self.session_id is not None
+        while True:
+            page = await database_sync_to_async(store.events_after)(
+                self.session_id, self.cursor, PAGE
+            )
+            for event in page:
+                await self.send_json(event_message(event))
+                self.cursor = event.seq
+            if len(page) < PAGE:
+                return
+
+    @classmethod
+    async def encode_json(cls, content: Any) -> str:
+        return json.dumps(content, cls=DjangoJSONEncoder, ensure_ascii=False)

@@ -1,0 +1,142 @@
+"""Forms of the pages. They parse and bound what users type; services decide the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django import forms
+
+from sessions_app import access
+from sessions_app.presets import presets as available_presets
+from sessions_app.store import StoreError
+
+MAX_MESSAGE_CHARS = 100_000
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+MAX_LABEL_CHARS = 200
+MAX_INSTRUCTIONS_CHARS = 4_000
+ENTRY_ID_CHARS = 64
+
+OFFLINE = "offline"
+
+
+def preset_choices() -> list[tuple[str, str]]:
+    """The server's presets, the offline model first (the default)."""
+    try:
+        found = available_presets()
+    except StoreError:
+        found = {OFFLINE: {"provider": "offline"}}
+    return [(name, _preset_label(name, preset)) for name, preset in found.items()]
+
+
+def _preset_label(name: str, preset: Mapping[str, Any]) -> str:
+    if name == OFFLINE:
+        return "Offline model (built in)"
+    return f"{name} — {preset.get('provider', '?')} / {preset.get('model', '?')}"
+
+
+class SearchForm(forms.Form):
+    q = forms.CharField(max_length=200, required=False, strip=True)
+
+
+class SessionNewForm(forms.Form):
+    title = forms.CharField(max_length=500, required=False, strip=True)
+    preset = forms.ChoiceField(choices=(), initial=OFFLINE)
+    cwd = forms.CharField(max_length=4096, required=False, strip=True)
+
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+        field = self.fields["preset"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = preset_choices()
+        self.fields["cwd"].initial = access.default_cwd(user)
+
+    def clean_preset(self) -> dict[str, Any] | None:
+        try:
+            return access.check_preset(self.cleaned_data["preset"])
+        except StoreError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_cwd(self) -> str:
+        value = str(self.cleaned_data.get("cwd") or "") or access.default_cwd(self.user)
+        try:
+            return access.check_cwd(value)
+        except StoreError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class SessionImportForm(forms.Form):
+    file = forms.FileField()
+    title = forms.CharField(max_length=500, required=False, strip=True)
+
+    def clean_file(self) -> Any:
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_IMPORT_BYTES:
+            raise forms.ValidationError(
+                f"The file is larger than {MAX_IMPORT_BYTES // (1024 * 1024)} MB."
+            )
+        return upload
+
+
+class RenameForm(forms.Form):
+    title = forms.CharField(max_length=500, strip=True)
+
+
+class MessageForm(forms.Form):
+    MODES = (("message", "Send"), ("steer", "Steer"), ("follow_up", "Follow-up"))
+
+    text = forms.CharField(max_length=MAX_MESSAGE_CHARS, strip=False, widget=forms.Textarea)
+    mode = forms.ChoiceField(choices=MODES, required=False)
+
+    def clean_text(self) -> str:
+        text = str(self.cleaned_data["text"])
+        if not text.strip():
+            raise forms.ValidationError("Write a message first.")
+        return text
+
+    def clean_mode(self) -> str:
+        return str(self.cleaned_data.get("mode") or "message")
+
+
+class EntryForm(forms.Form):
+    entry_id = forms.CharField(max_length=ENTRY_ID_CHARS, strip=True)
+
+
+class LeafForm(forms.Form):
+    """Where to move the current leaf; an empty entry id moves it before the first entry."""
+
+    entry_id = forms.CharField(max_length=ENTRY_ID_CHARS, required=False, strip=True)
+    summarize = forms.BooleanField(required=False)
+    instructions = forms.CharField(max_length=MAX_INSTRUCTIONS_CHARS, required=False)
+
+    def target(self) -> str | None:
+        return self.cleaned_data.get("entry_id") or None
+
+
+class ResendForm(EntryForm):
+    text = forms.CharField(max_length=MAX_MESSAGE_CHARS, strip=False, widget=forms.Textarea)
+
+    def clean_text(self) -> str:
+        text = str(self.cleaned_data["text"])
+        if not text.strip():
+            raise forms.ValidationError("Write a message first.")
+        return text
+
+
+class ForkForm(EntryForm):
+    title = forms.CharField(max_length=500, required=False, strip=True)
+
+
+class LabelForm(EntryForm):
+    """An empty label clears the entry's label (as in Pi)."""
+
+    label = forms.CharField(max_length=MAX_LABEL_CHARS, required=False, strip=True)
+
+
+class ApprovalForm(forms.Form):
+    outcome = forms.ChoiceField(choices=(("allowed", "Allow"), ("rejected", "Reject")))
+
+
+class CompactForm(forms.Form):
+    instructions = forms.CharField(max_length=MAX_INSTRUCTIONS_CHARS, required=False)

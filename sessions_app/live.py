@@ -1,0 +1,186 @@
+"""Committed events from any process to this process's websockets (DESIGN §6).
+
+The append path issues `NOTIFY strand_events, '<session id>:<last seq>'` inside its
+transaction; Postgres delivers it at commit, to every connection that listens, in every
+process. Each process runs one listener: a task on its event loop holding one dedicated
+async psycopg connection. The listener forwards each notification as a
+`session.committed` message to the channels of the local websockets that watch that
+session; each websocket then reads the events after its own cursor from the database. A
+notification carries no event data, so a lost or doubled notification costs one read and
+never a missing or repeated event.
+
+Started lazily by the first websocket that subscribes (daphne has no lifespan hook), and
+started again on another event loop if the first one has gone (tests run one loop per test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from channels.exceptions import ChannelFull
+from channels.layers import get_channel_layer
+from django.db import connections
+from psycopg.conninfo import make_conninfo
+
+from sessions_app.store import NOTIFY_CHANNEL
+
+log = logging.getLogger("strand.live")
+
+# How long a subscriber waits for the listener's first LISTEN before reading the log anyway
+# (the listener nudges every subscriber once it is listening, so nothing is lost).
+READY_TIMEOUT_S = 5.0
+MAX_BACKOFF_S = 10.0
+
+
+def group_name(session_id: str) -> str:
+    """The channel-layer group of one session's viewers (ephemeral deltas go here)."""
+    return f"session.{session_id}"
+
+
+def committed_message(last_seq: int | None) -> dict[str, Any]:
+    return {"type": "session.committed", "last_seq": last_seq}
+
+
+def parse_payload(payload: str) -> tuple[str, int | None] | None:
+    """`<session id>:<last seq>` → (session id, seq); None for anything else."""
+    session_id, sep, seq = payload.partition(":")
+    if not sep or not session_id:
+        return None
+    try:
+        return session_id, int(seq)
+    except ValueError:
+        return session_id, None
+
+
+def _conninfo() -> str:
+    """The default database as Django sees it now (in tests: the test database; a NOTIFY
+    reaches only listeners on the same database)."""
+    settings = connections["default"].settings_dict
+    params = {
+        "dbname": settings.get("NAME"),
+        "user": settings.get("USER"),
+        "password": settings.get("PASSWORD"),
+        "host": settings.get("HOST"),
+        "port": settings.get("PORT"),
+    }
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v})
+
+
+@dataclass
+class _Listener:
+    loop: asyncio.AbstractEventLoop
+    conninfo: str
+    subscribers: dict[str, set[str]] = field(default_factory=dict)  # session → channels
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    connection: psycopg.AsyncConnection[Any] | None = None
+
+    def start(self) -> None:
+        self.task = self.loop.create_task(self._run(), name="strand-live-listener")
+
+    async def _run(self) -> None:
+        backoff = 0.25
+        while True:
+            try:
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("live listener lost its connection; retrying", exc_info=True)
+            self.listening.clear()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _listen(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        self.connection = conn
+        try:
+            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            self.listening.set()
+            # Commits made while this listener was not listening were not notified here.
+            await self._nudge_all()
+            async for note in conn.notifies():
+                parsed = parse_payload(note.payload)
+                if parsed is not None:
+                    await self._forward(*parsed)
+        finally:
+            self.connection = None
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _forward(self, session_id: str, last_seq: int | None) -> None:
+        channels = self.subscribers.get(session_id)
+        if not channels:
+            return
+        layer = get_channel_layer()
+        assert layer is not None
+        for channel in list(channels):
+            with contextlib.suppress(ChannelFull):
+                # A full channel already holds nudges that will read this commit too.
+                await layer.send(channel, committed_message(last_seq))
+
+    async def _nudge_all(self) -> None:
+        for session_id in list(self.subscribers):
+            await self._forward(session_id, None)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        self.task = None
+
+
+_listener: _Listener | None = None
+
+
+def _current() -> _Listener:
+    """This process's listener on the running loop, started on first use."""
+    global _listener
+    loop = asyncio.get_running_loop()
+    if _listener is None or _listener.loop is not loop:
+        # A listener on another (finished) loop is abandoned with it.
+        _listener = _Listener(loop=loop, conninfo=_conninfo())
+        _listener.start()
+    elif _listener.task is None or _listener.task.done():
+        _listener.start()
+    return _listener
+
+
+async def subscribe(session_id: str, channel_name: str) -> None:
+    """Forward commits of `session_id` to `channel_name`; returns once the listener is
+    listening (or after a timeout: the listener nudges everyone when it starts)."""
+    listener = _current()
+    listener.subscribers.setdefault(session_id, set()).add(channel_name)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(listener.listening.wait(), READY_TIMEOUT_S)
+
+
+def unsubscribe(session_id: str, channel_name: str) -> None:
+    listener = _listener
+    if listener is None:
+        return
+    channels = listener.subscribers.get(session_id)
+    if channels is None:
+        return
+    channels.discard(channel_name)
+    if not channels:
+        del listener.subscribers[session_id]
+
+
+def subscriber_count() -> int:
+    listener = _listener
+    return 0 if listener is None else sum(len(c) for c in listener.subscribers.values())
+
+
+async def stop() -> None:
+    """Stop this process's listener and close its connection (tests, shutdown)."""
+    global _listener
+    listener, _listener = _listener, None
+    if listener is not None:
+        await listener.stop()

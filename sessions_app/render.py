@@ -1,0 +1,139 @@
+"""Safe rendering of text that users, models and tools wrote.
+
+Markdown goes through markdown-it-py with raw HTML disabled, code blocks are highlighted
+with Pygments, and the result is sanitized by nh3 against an allow-list of tags and
+attributes. Links keep only absolute http, https and mailto targets; markdown images become
+plain links (a remote image in a transcript would be fetched by every viewer). Whatever the
+text holds, the output cannot run script or load anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import nh3
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
+from pygments import highlight as pygments_highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+# Longer code blocks are shown without highlighting: Pygments is linear but not fast.
+HIGHLIGHT_LIMIT = 100_000
+# Longer texts are shown as plain preformatted text instead of markdown.
+MARKDOWN_LIMIT = 400_000
+
+LINK_SCHEMES = ("http://", "https://", "mailto:")
+
+_TAGS = {
+    "a", "p", "br", "hr", "em", "strong", "del", "s", "code", "pre", "span", "div",
+    "blockquote", "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6",
+    "table", "thead", "tbody", "tr", "th", "td",
+}  # fmt: skip
+_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "code": {"class"},
+    "pre": {"class"},
+    "span": {"class"},
+    "div": {"class"},
+    "ol": {"start"},
+    "th": {"style"},
+    "td": {"style"},
+}
+_CLEAN_CONTENT = {"script", "style", "template", "iframe", "object", "embed", "svg", "math"}
+
+
+def _safe_attribute(tag: str, name: str, value: str) -> str | None:
+    if name == "href":
+        return value if value.strip().lower().startswith(LINK_SCHEMES) else None
+    if name == "style":
+        # markdown-it aligns table cells with text-align and nothing else.
+        return (
+            value if value in ("text-align:left", "text-align:center", "text-align:right") else None
+        )
+    if name == "class":
+        # Pygments' short token classes and our own language-* marker only.
+        parts = [c for c in value.split() if c.replace("-", "").replace("_", "").isalnum()]
+        return " ".join(parts) or None
+    return value
+
+
+def sanitize(html: str) -> str:
+    """Keep only the allowed tags and attributes; drop unsafe links."""
+    return nh3.clean(
+        html,
+        tags=_TAGS,
+        clean_content_tags=_CLEAN_CONTENT,
+        attributes=_ATTRIBUTES,
+        attribute_filter=_safe_attribute,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+    )
+
+
+def _highlight(code: str, lang: str, _attrs: str) -> str:
+    if not lang or len(code) > HIGHLIGHT_LIMIT:
+        return ""
+    try:
+        lexer = get_lexer_by_name(lang.split()[0], stripnl=False)
+    except ClassNotFound:
+        return ""
+    body = pygments_highlight(code, lexer, HtmlFormatter(nowrap=True))
+    return f'<pre class="code"><code class="highlight">{body}</code></pre>'
+
+
+def _image_as_link(
+    renderer: RendererHTML,
+    tokens: Sequence[Token],
+    idx: int,
+    options: OptionsDict,
+    env: EnvType,
+) -> str:
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    alt = "".join(child.content for child in token.children or ()) or src
+    return f'<a href="{escape(src)}">[image: {escape(alt)}]</a>'
+
+
+@lru_cache(maxsize=1)
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt(
+        "commonmark",
+        {"html": False, "linkify": False, "typographer": False, "highlight": _highlight},
+    )
+    md.enable(["table", "strikethrough"])
+    md.add_render_rule("image", _image_as_link)
+    return md
+
+
+def render_markdown(text: Any) -> SafeString:
+    """Markdown to sanitized HTML, safe to put in any page."""
+    source = str(text or "")
+    if not source.strip():
+        return mark_safe("")
+    if len(source) > MARKDOWN_LIMIT:
+        return mark_safe(f'<pre class="plain">{escape(source)}</pre>')
+    return mark_safe(sanitize(_markdown().render(source)))  # sanitized above
+
+
+def highlight_code(code: str, language: str) -> SafeString:
+    """Highlighted code (JSON schemas, tool arguments), escaped when no lexer fits."""
+    html = _highlight(code, language, "")
+    if not html:
+        return mark_safe(f'<pre class="code"><code>{escape(code)}</code></pre>')
+    return mark_safe(sanitize(html))  # sanitized above
+
+
+def pygments_css() -> str:
+    """The stylesheet for highlighted code (light and dark)."""
+    light = HtmlFormatter(style="default").get_style_defs(".highlight")
+    dark = HtmlFormatter(style="monokai").get_style_defs(".highlight")
+    return f"{light}\n@media (prefers-color-scheme: dark) {{\n{dark}\n}}\n"

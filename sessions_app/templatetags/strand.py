@@ -1,0 +1,307 @@
+"""Template filters and tags of the pages: safe markdown, numbers, durations, URLs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django import template
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.safestring import SafeString
+
+from projections.chat import Usage
+from sessions_app.render import highlight_code, render_markdown
+
+register = template.Library()
+
+CLIP_CHARS = 20_000
+JSON_CHARS = 50_000
+
+
+@register.filter
+def markdown(text: Any) -> SafeString:
+    """Markdown rendered and sanitized (see sessions_app.render)."""
+    return render_markdown(text)
+
+
+@register.filter
+def code_json(value: Any) -> SafeString:
+    """A JSON value, indented and highlighted."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return highlight_code(clip(value, JSON_CHARS), "text")
+    text = pretty_json(value)
+    if len(text) > JSON_CHARS:
+        rest = len(text) - JSON_CHARS
+        return highlight_code(f"{text[:JSON_CHARS]}\n… {rest:,} more characters", "text")
+    return highlight_code(text, "json")
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str, sort_keys=False)
+
+
+@register.filter
+def num(value: Any) -> str:
+    """1234567 → 1,234,567."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—" if value is None else str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+
+
+@register.filter
+def tokens(value: Any) -> str:
+    """A short token count: 950, 12.3k, 1.2M."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "—"
+    if value < 1000:
+        return str(int(value))
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k".replace(".0k", "k")
+    return f"{value / 1_000_000:.1f}M".replace(".0M", "M")
+
+
+@register.filter
+def ms(value: Any) -> str:
+    """A duration in milliseconds, readable: 850 ms, 1.2 s, 3 min 4 s."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "—"
+    if value < 1000:
+        return f"{int(value)} ms"
+    seconds = value / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+@register.filter
+def cost(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        return "$0"
+    if value < 0.01:
+        return f"${value:.4f}"
+    return f"${value:.2f}"
+
+
+@register.filter
+def ago(value: Any) -> str:
+    """How long ago, in words: "just now", "5 min ago", "3 h ago", else the date."""
+    moment = as_datetime(value)
+    if moment is None:
+        return ""
+    delta = (timezone.now() - moment).total_seconds()
+    if delta < 45:
+        return "just now"
+    if delta < 3600:
+        return f"{int(delta // 60) or 1} min ago"
+    if delta < 86400:
+        return f"{int(delta // 3600)} h ago"
+    if delta < 86400 * 7:
+        return f"{int(delta // 86400)} d ago"
+    return moment.strftime("%Y-%m-%d")
+
+
+@register.filter
+def as_datetime(value: Any) -> datetime | None:
+    """A datetime, an ISO string (Pi timestamps) or epoch milliseconds → aware datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value / 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+@register.filter
+def clock(value: Any) -> str:
+    """Time of day with seconds (UTC), for timelines."""
+    moment = as_datetime(value)
+    return moment.strftime("%H:%M:%S") if moment else ""
+
+
+@register.filter
+def stamp(value: Any) -> str:
+    moment = as_datetime(value)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+
+
+@register.filter
+def iso(value: Any) -> str:
+    moment = as_datetime(value)
+    return moment.isoformat() if moment else ""
+
+
+@register.filter
+def clip(text: Any, limit: int = CLIP_CHARS) -> str:
+    value = str(text or "")
+    return value if len(value) <= limit else value[:limit]
+
+
+@register.filter
+def clipped(text: Any, limit: int = CLIP_CHARS) -> int:
+    """How many characters `clip` left out."""
+    return max(0, len(str(text or "")) - limit)
+
+
+@register.filter
+def value_text(value: Any) -> str:
+    """A trace input or output value as text."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Usage):
+        return usage_text(value)
+    if isinstance(value, datetime):
+        return stamp(value)
+    if isinstance(value, tuple | list):
+        return ", ".join(str(v) for v in value) or "—"
+    if isinstance(value, Mapping):
+        return pretty_json(dict(value))
+    return str(value)
+
+
+@register.filter
+def usage_text(usage: Any) -> str:
+    if not isinstance(usage, Usage):
+        return "—"
+    parts = [f"in {usage.input:,}", f"out {usage.output:,}"]
+    if usage.cache_read:
+        parts.append(f"cache read {usage.cache_read:,}")
+    if usage.cache_write:
+        parts.append(f"cache write {usage.cache_write:,}")
+    parts.append(f"total {usage.total_tokens:,}")
+    parts.append(cost(usage.cost))
+    return " · ".join(parts)
+
+
+@register.filter
+def is_long(value: Any) -> bool:
+    return isinstance(value, str) and (len(value) > 80 or "\n" in value)
+
+
+@register.filter
+def short_id(value: Any) -> str:
+    return str(value or "")[:8]
+
+
+@register.filter
+def role_name(role: Any) -> str:
+    return {
+        "user": "You",
+        "assistant": "Assistant",
+        "toolResult": "Tool result",
+        "bashExecution": "Shell",
+        "custom": "Custom",
+        "compactionSummary": "Compaction summary",
+        "branchSummary": "Branch summary",
+    }.get(str(role), str(role))
+
+
+@register.simple_tag(takes_context=True)
+def page_url(context: template.Context, **changes: Any) -> str:
+    """The session page URL with the current query, some parameters changed."""
+    session = context["session"]
+    query = context["q"]
+    return str(reverse("session", args=[session.id]) + query.querystring(**changes))
+
+
+@register.simple_tag(takes_context=True)
+def rel_url(context: template.Context, **changes: Any) -> str:
+    """The current page's URL relative to itself (`?view=…&entry=…`), some parameters
+    changed: short enough to repeat on every row of a long tree or chat."""
+    return str(context["q"].querystring(**changes) or "?")
+
+
+@register.simple_tag(takes_context=True)
+def return_to(context: template.Context) -> str:
+    """The current page's query string, for the `return_to` field of forms."""
+    return str(context["q"].querystring())
+
+
+@register.simple_tag(takes_context=True)
+def view_url(context: template.Context, view: str, current: bool = False) -> str:
+    """Switch to another view, keeping the branch shown (or back to the current one)."""
+    session = context["session"]
+    query = context["q"].view_only()
+    changes: dict[str, Any] = {"view": view}
+    if current:
+        changes["leaf"] = None
+    return str(reverse("session", args=[session.id]) + query.querystring(**changes))
+
+
+@register.simple_tag(takes_context=True)
+def live_url(context: template.Context) -> str:
+    """Where the page fetches its refreshed parts when events arrive."""
+    session = context["session"]
+    params = context["q"].params()
+    params["fragment"] = "live"
+    return str(reverse("session", args=[session.id]) + "?" + urlencode(params))
+
+
+@register.filter
+def pair(pairs: Any, key: str) -> Any:
+    """The value of `key` in a tuple of (key, value) pairs (a trace span's inputs)."""
+    for name, value in pairs or ():
+        if name == key:
+            return value
+    return None
+
+
+_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
+_BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]*$")
+
+
+@register.filter
+def image_src(image: Any) -> str:
+    """A data: URI for an image block, or "" when it is not a plain raster image."""
+    mime = str(getattr(image, "mime_type", "")).lower()
+    data = str(getattr(image, "data", ""))
+    if mime not in _IMAGE_TYPES or not data or not _BASE64.match(data):
+        return ""
+    return f"data:{mime};base64,{data}"
+
+
+@register.filter
+def args_line(arguments: Any) -> str:
+    """Tool arguments on one short line: `path=README.md, content=…`."""
+    if isinstance(arguments, Mapping):
+        parts = []
+        for key, value in arguments.items():
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            text = " ".join(str(text).split())
+            parts.append(f"{key}={text[:60]}{'…' if len(text) > 60 else ''}")
+        line = ", ".join(parts)
+    else:
+        line = " ".join(str(arguments or "").split())
+    return line[:120] + ("…" if len(line) > 120 else "")
+
+
+@register.filter
+def status_text(status: Any) -> str:
+    return {
+        "ok": "done",
+        "waiting_approval": "needs approval",
+        "not_started": "not started",
+        "interrupted": "outcome unknown",
+    }.get(str(status), str(status))

@@ -1,0 +1,432 @@
+/* Strand's page script: the live feed of a session, streaming text, keyboard shortcuts,
+   tree folding and filtering. Everything else is htmx; without JavaScript the pages still
+   work as plain links and forms.
+
+   Live feed (see sessions_app/consumers.py): the socket sends committed events in seq
+   order, then deltas. This page keeps the highest seq it has; an event at or below it is a
+   duplicate and is dropped. A reconnect asks for events after that seq, so nothing is
+   missed and nothing is shown twice. Committed events refresh the views from the server
+   (one request, debounced); deltas are drawn as plain text into the in-flight bubble. */
+(function () {
+  "use strict";
+
+  document.documentElement.classList.add("js");
+  var body = document.body;
+  var sessionId = body.dataset.session || null;
+
+  var live = {
+    sessionId: sessionId,
+    lastSeq: Number(body.dataset.lastSeq || -1),
+    received: [],      // seqs of events applied by this page, in order (tests read it)
+    duplicates: 0,     // events dropped because their seq was already applied
+    connects: 0,
+    connected: false,
+    ready: false,
+    socket: null,
+    inflight: null,    // {turn, step, blocks: [{key, kind, text, name}]}
+    committedSteps: {},
+    refreshes: 0,
+    deltas: 0,         // streamed pieces drawn (the step in flight)
+    turnsEnded: 0,     // turn/end events seen
+  };
+  window.strandLive = live;
+
+  // ---- websocket (htmx-ext-ws manages connecting and reconnecting) ----------------------
+
+  if (window.htmx) {
+    htmx.createWebSocket = function (url) {
+      var target = new URL(url, window.location.href);
+      if (target.pathname.indexOf("/ws/sessions/") === 0) {
+        target.searchParams.set("after_seq", String(live.lastSeq));
+      }
+      var socket = new WebSocket(target.toString());
+      live.socket = socket;
+      return socket;
+    };
+  }
+
+  body.addEventListener("htmx:wsOpen", function () {
+    live.connected = true;
+    live.connects += 1;
+    setConnectionState("live");
+  });
+  // htmx-ext-ws reconnects by itself after these close codes; after any other (a clean
+  // close by a proxy or a restarting server, a socket closed on purpose) this page does.
+  var EXTENSION_RETRIES = [1006, 1011, 1012, 1013];
+
+  body.addEventListener("htmx:wsClose", function (evt) {
+    live.connected = false;
+    live.ready = false;
+    setConnectionState("reconnecting");
+    var code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+    if (EXTENSION_RETRIES.indexOf(code) < 0) scheduleReconnect();
+  });
+
+  function scheduleReconnect() {
+    var delay = typeof live.reconnectDelayMs === "number" ? live.reconnectDelayMs : 500 + Math.random() * 1500;
+    window.setTimeout(function () {
+      var old = document.getElementById("live-socket");
+      if (!old || live.connected || !window.htmx) return;
+      // A fresh element gets a fresh socket from the extension (after the last seq).
+      var fresh = old.cloneNode(false);
+      old.replaceWith(fresh);
+      htmx.process(fresh);
+    }, delay);
+  }
+  body.addEventListener("htmx:wsBeforeMessage", function (evt) {
+    evt.preventDefault(); // JSON, not HTML to swap
+    var message;
+    try {
+      message = JSON.parse(evt.detail.message);
+    } catch (e) {
+      return;
+    }
+    handle(message);
+  });
+
+  function setConnectionState(state) {
+    body.dataset.live = state;
+  }
+
+  function handle(message) {
+    if (message.type === "event") {
+      if (typeof message.seq !== "number" || message.seq <= live.lastSeq) {
+        live.duplicates += 1;
+        return;
+      }
+      live.lastSeq = message.seq;
+      live.received.push(message.seq);
+      onEvent(message);
+    } else if (message.type === "ready") {
+      live.ready = true;
+    } else if (message.type === "delta") {
+      onDelta(message);
+    }
+  }
+
+  function onEvent(event) {
+    var kind = event.event;
+    if (kind === "turn/end") live.turnsEnded += 1;
+    if (kind === "assistant/message" || kind === "step/end" || kind === "turn/end") {
+      if (event.turn != null && event.step != null) {
+        live.committedSteps[event.turn + ":" + event.step] = true;
+      }
+      if (live.inflight && (kind === "turn/end" || (live.inflight.turn === event.turn && live.inflight.step === event.step))) {
+        live.inflight = null;
+      }
+    }
+    scheduleRefresh();
+  }
+
+  // ---- refreshing the views from the server ----------------------------------------------
+
+  var refreshTimer = null;
+  var refreshing = false;
+  var refreshAgain = false;
+
+  function scheduleRefresh() {
+    if (refreshTimer) return;
+    refreshTimer = window.setTimeout(function () {
+      refreshTimer = null;
+      refresh();
+    }, 120);
+  }
+
+  function busyEditing() {
+    var active = document.activeElement;
+    var view = document.getElementById("view");
+    return !!(active && view && view.contains(active) &&
+      (active.tagName === "TEXTAREA" || active.tagName === "INPUT" || active.tagName === "SELECT"));
+  }
+
+  function refresh() {
+    var view = document.getElementById("view");
+    if (!view || !window.htmx) return;
+    if (refreshing || busyEditing()) {
+      refreshAgain = true;
+      if (!refreshing) window.setTimeout(refresh, 800);
+      return;
+    }
+    refreshing = true;
+    refreshAgain = false;
+    htmx.ajax("GET", view.dataset.liveUrl, { target: "#view", swap: "outerHTML" }).then(function () {
+      live.refreshes += 1;
+      refreshing = false;
+      if (refreshAgain) scheduleRefresh();
+    }, function () {
+      refreshing = false;
+    });
+  }
+
+  // ---- the step in flight --------------------------------------------------------------
+
+  function onDelta(delta) {
+    var key = delta.turn + ":" + delta.step;
+    if (live.committedSteps[key]) return;
+    live.deltas += 1;
+    if (!live.inflight || live.inflight.turn !== delta.turn || live.inflight.step !== delta.step) {
+      live.inflight = { turn: delta.turn, step: delta.step, blocks: [] };
+    }
+    var blockKey = String(delta.kind) + ":" + String(delta.block);
+    var block = null;
+    for (var i = 0; i < live.inflight.blocks.length; i++) {
+      if (live.inflight.blocks[i].key === blockKey) block = live.inflight.blocks[i];
+    }
+    if (!block) {
+      block = { key: blockKey, kind: delta.kind, text: "", name: delta.name || null };
+      live.inflight.blocks.push(block);
+    }
+    if (delta.name && !block.name) block.name = delta.name;
+    block.text += String(delta.text || "");
+    drawInflight();
+  }
+
+  function drawInflight() {
+    var stream = document.getElementById("stream");
+    if (!stream) return;
+    var inflight = live.inflight;
+    if (!inflight || !inflight.blocks.length) {
+      stream.hidden = true;
+      stream.textContent = "";
+      return;
+    }
+    var stick = nearBottom();
+    stream.hidden = false;
+    stream.textContent = "";
+    var head = document.createElement("header");
+    head.className = "msg-head";
+    var who = document.createElement("span");
+    who.className = "who";
+    who.textContent = "Assistant";
+    head.appendChild(who);
+    var note = document.createElement("span");
+    note.className = "muted small";
+    note.textContent = "writing…";
+    head.appendChild(note);
+    stream.appendChild(head);
+    inflight.blocks.forEach(function (block) {
+      var el = document.createElement("div");
+      if (block.kind === "tool_call") {
+        el.className = "stream-tool";
+        el.textContent = "⚙ " + (block.name || "tool") + " " + block.text;
+      } else if (block.kind === "thinking") {
+        el.className = "stream-thinking";
+        el.textContent = block.text;
+      } else {
+        el.className = "stream-text";
+        el.textContent = block.text;
+      }
+      stream.appendChild(el);
+    });
+    if (stick) window.scrollTo(0, document.documentElement.scrollHeight);
+  }
+
+  body.addEventListener("htmx:afterSettle", function (evt) {
+    drawInflight();
+    applyFolds();
+    applyTreeFilter();
+    focusTarget(evt.target);
+  });
+
+  // ---- keyboard ------------------------------------------------------------------------
+
+  var VIEW_KEYS = { "1": "chat", c: "chat", "2": "trace", t: "trace", "3": "context", x: "context" };
+
+  document.addEventListener("keydown", function (evt) {
+    var target = evt.target;
+    var typing = target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" ||
+      target.tagName === "SELECT" || target.isContentEditable);
+    if (typing) {
+      if (evt.key === "Enter" && (evt.ctrlKey || evt.metaKey) && target.tagName === "TEXTAREA" && target.form) {
+        evt.preventDefault();
+        var primary = target.form.querySelector("button.primary[type=submit]");
+        target.form.requestSubmit(primary || undefined);
+      } else if (evt.key === "Escape") {
+        target.blur();
+      }
+      return;
+    }
+    if (evt.ctrlKey || evt.metaKey || evt.altKey) return;
+    var view = VIEW_KEYS[evt.key];
+    if (view) {
+      var tab = document.querySelector('[data-view-tab="' + view + '"]');
+      if (tab) {
+        evt.preventDefault();
+        // A tab swapped in a moment ago may not be wired up by htmx yet.
+        if (window.htmx) htmx.process(tab);
+        tab.click();
+      }
+      return;
+    }
+    if (evt.key === "/") {
+      var field = document.querySelector("[data-search]") || document.querySelector("[data-composer]");
+      if (field) {
+        evt.preventDefault();
+        field.focus();
+      }
+    } else if (evt.key === "?") {
+      toggleHelp();
+    } else if (evt.key === "b") {
+      body.classList.toggle("tree-hidden");
+    } else if (evt.key === "j" || evt.key === "k") {
+      step(evt.key === "j" ? 1 : -1);
+    }
+  });
+
+  function step(direction) {
+    var items = Array.prototype.slice.call(document.querySelectorAll(".span-name, .turn-title, .chat > .msg, .chat > .card"));
+    if (!items.length) return;
+    var index = items.indexOf(document.activeElement);
+    var next = items[Math.max(0, Math.min(items.length - 1, index + direction))];
+    if (index < 0) next = items[direction > 0 ? 0 : items.length - 1];
+    if (!next.hasAttribute("tabindex") && next.tagName !== "A") next.setAttribute("tabindex", "-1");
+    next.focus();
+    next.scrollIntoView({ block: "nearest" });
+    if (next.classList.contains("span-name") || next.classList.contains("turn-title")) next.click();
+  }
+
+  function toggleHelp() {
+    var help = document.getElementById("help");
+    if (!help || typeof help.showModal !== "function") return;
+    if (help.open) help.close(); else help.showModal();
+  }
+  document.addEventListener("click", function (evt) {
+    var toggle = evt.target.closest && evt.target.closest("[data-help-toggle]");
+    if (toggle) toggleHelp();
+  });
+
+  // ---- tree: folding and filtering ------------------------------------------------------
+
+  var foldKey = sessionId ? "strand-folds-" + sessionId : null;
+
+  function folds() {
+    if (!foldKey) return {};
+    try {
+      return JSON.parse(window.sessionStorage.getItem(foldKey) || "{}");
+    } catch (e) {
+      return {};
+    }
+  }
+
+  function saveFolds(value) {
+    if (!foldKey) return;
+    try {
+      window.sessionStorage.setItem(foldKey, JSON.stringify(value));
+    } catch (e) { /* private mode: folding still works until reload */ }
+  }
+
+  function applyFolds() {
+    var rows = Array.prototype.slice.call(document.querySelectorAll("#tree .node"));
+    var folded = folds();
+    var hideBelow = null;
+    rows.forEach(function (row) {
+      var depth = Number(row.dataset.depth);
+      if (hideBelow !== null && depth > hideBelow) {
+        row.classList.add("folded-away");
+        return;
+      }
+      hideBelow = null;
+      row.classList.remove("folded-away");
+      var button = row.querySelector("[data-fold]");
+      var isFolded = !!folded[row.dataset.id];
+      if (button) {
+        button.setAttribute("aria-expanded", isFolded ? "false" : "true");
+      }
+      if (isFolded && button) hideBelow = depth;
+    });
+  }
+
+  document.addEventListener("click", function (evt) {
+    var button = evt.target.closest && evt.target.closest("[data-fold]");
+    if (!button) return;
+    var row = button.closest(".node");
+    var value = folds();
+    if (value[row.dataset.id]) delete value[row.dataset.id]; else value[row.dataset.id] = true;
+    saveFolds(value);
+    applyFolds();
+  });
+
+  var treeShow = "all";
+
+  function applyTreeFilter() {
+    var tree = document.getElementById("tree");
+    if (!tree) return;
+    var input = tree.querySelector("[data-tree-filter]");
+    var text = input ? input.value.trim().toLowerCase() : "";
+    tree.querySelectorAll("[data-tree-show]").forEach(function (b) {
+      b.classList.toggle("on", b.dataset.treeShow === treeShow);
+    });
+    var filtering = !!text || treeShow !== "all";
+    tree.classList.toggle("filtering", filtering);
+    if (!filtering) return;
+    tree.querySelectorAll(".node").forEach(function (row) {
+      var label = row.textContent.toLowerCase();
+      var ok = !text || label.indexOf(text) >= 0;
+      if (treeShow === "messages") ok = ok && (row.classList.contains("r-user") || row.classList.contains("r-assistant"));
+      if (treeShow === "labeled") ok = ok && row.classList.contains("labeled");
+      row.classList.toggle("no-match", !ok);
+    });
+  }
+
+  document.addEventListener("input", function (evt) {
+    if (evt.target.matches && evt.target.matches("[data-tree-filter]")) applyTreeFilter();
+  });
+  document.addEventListener("click", function (evt) {
+    var button = evt.target.closest && evt.target.closest("[data-tree-show]");
+    if (!button) return;
+    treeShow = button.dataset.treeShow;
+    applyTreeFilter();
+  });
+
+  // ---- deep links: scroll the targeted entry into view -------------------------------------
+
+  function focusTarget(root) {
+    if (!root || !root.querySelector) return;
+    var target = root.querySelector(".msg.target, .card.target");
+    if (target && root.id === "view") target.scrollIntoView({ block: "center" });
+  }
+
+  function revealLeafInTree() {
+    var node = document.querySelector("#tree .node.shown-leaf");
+    var box = document.querySelector(".tree-details");
+    if (!node || !box || box.scrollHeight <= box.clientHeight) return;
+    var top = node.offsetTop - box.offsetTop;
+    if (top < box.scrollTop || top > box.scrollTop + box.clientHeight - 40) {
+      box.scrollTop = Math.max(0, top - box.clientHeight / 2);
+    }
+  }
+
+  function nearBottom() {
+    return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 160;
+  }
+
+  var stickToBottom = false;
+  body.addEventListener("htmx:beforeSwap", function (evt) {
+    stickToBottom = evt.detail.target && evt.detail.target.id === "view" && nearBottom();
+  });
+  body.addEventListener("htmx:afterSettle", function () {
+    revealLeafInTree();
+    var view = document.getElementById("view");
+    if (stickToBottom && view && view.dataset.view === "chat" && !document.querySelector(".msg.target")) {
+      window.scrollTo(0, document.documentElement.scrollHeight);
+    }
+    stickToBottom = false;
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    // On a narrow screen the tree starts folded away above the views.
+    var treeBox = document.querySelector(".tree-details");
+    if (treeBox && window.matchMedia && window.matchMedia("(max-width: 860px)").matches) {
+      treeBox.open = false;
+    }
+    applyFolds();
+    revealLeafInTree();
+    var target = document.querySelector(".msg.target, .card.target");
+    var view = document.getElementById("view");
+    if (target) {
+      if (!window.location.hash) target.scrollIntoView({ block: "center" });
+    } else if (view && view.dataset.view === "chat") {
+      window.scrollTo(0, document.documentElement.scrollHeight);
+    }
+  });
+})();

@@ -1,0 +1,251 @@
+"""Browser tests: Debian's chromium driven by Playwright, against daphne processes that
+serve the test database.
+
+They run in their own pytest invocation (`pytest -m browser`): Playwright's sync API keeps
+an event loop running in the main thread, which the asyncio tests must not share. Two
+daphne processes are started on free ports below 32768, both on the test database, so a
+test can watch one process deliver what the other committed. Every test saves a
+screenshot under test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from playwright.sync_api import Page, expect
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "a-long-test-password-42"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    return {**browser_type_launch_args, "executable_path": chromium, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sync_orm_beside_playwright() -> None:
+    # Playwright's sync API runs an event loop in this thread; the ORM calls of the tests
+    # themselves are still plain synchronous calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+
+def _free_port() -> int:
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below 32768")
+
+
+def _database_url() -> str:
+    """A URL for the test database that pytest-django created (the daphnes use it)."""
+    db = connection.settings_dict
+    user = quote(str(db.get("USER") or ""))
+    password = quote(str(db.get("PASSWORD") or ""))
+    auth = f"{user}:{password}@" if password else f"{user}@"
+    host, port, name = str(db.get("HOST") or ""), str(db.get("PORT") or ""), str(db["NAME"])
+    if host.startswith("/"):
+        query = f"?host={quote(host)}" + (f"&port={port}" if port else "")
+        return f"postgres://{auth}/{quote(name)}{query}"
+    return f"postgres://{auth}{host}{':' + port if port else ''}/{quote(name)}"
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def _start_daphne(port: int, env: dict[str, str], log: Path) -> Server:
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("daphne")),
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "config.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+    return Server(f"http://127.0.0.1:{port}", process, log)
+
+
+def _wait_ready(server: Server, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"daphne exited early:\n{server.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(server.url + "/accounts/login/", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"daphne did not answer in {timeout}s:\n{server.log.read_text()[-3000:]}")
+
+
+def _stop(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait(5)
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory under which sessions made in the browser get their working directory
+    (each user's own folder, `user-<id>`, as `access.default_cwd` makes it)."""
+    return tmp_path_factory.mktemp("workspace")
+
+
+def user_folder(workspace: Path, user: User) -> Path:
+    """The working directory the user's new sessions get, with a README to read."""
+    folder = workspace / f"user-{user.pk}"
+    folder.mkdir(exist_ok=True)
+    (folder / "README.md").write_text("# A workspace for the browser tests\n")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def servers(
+    django_db_setup: Any, django_db_blocker: Any, workspace: Path, tmp_path_factory: Any
+) -> Iterator[tuple[Server, Server]]:
+    """Two daphne processes on the test database (the first is the one tests mostly use)."""
+    with django_db_blocker.unblock():
+        url = _database_url()
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "STRAND_WORKSPACE_ROOTS": str(workspace),
+        "STRAND_OFFLINE_CHUNK_DELAY_MS": "30",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    logs = tmp_path_factory.mktemp("daphne")
+    started = [_start_daphne(_free_port(), env, logs / f"daphne-{i}.log") for i in (1, 2)]
+    try:
+        for server in started:
+            _wait_ready(server)
+        yield started[0], started[1]
+    finally:
+        for server in started:
+            _stop(server)
+
+
+@pytest.fixture(scope="session")
+def server(servers: tuple[Server, Server]) -> Server:
+    return servers[0]
+
+
+@pytest.fixture
+def make_user(
+    django_db_setup: Any, django_db_blocker: Any, request: pytest.FixtureRequest, workspace: Path
+) -> Any:
+    """A new account with a known password, committed so that the servers see it."""
+
+    def make(prefix: str = "user", *, staff: bool = False) -> User:
+        name = f"{prefix}-{request.node.name[:40]}-{random.randint(0, 10**6)}"
+        with django_db_blocker.unblock():
+            user = User.objects.create_user(username=name, password=PASSWORD, is_staff=staff)
+        user_folder(workspace, user)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def db_access(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """Direct database access from a test (reads and appends outside any transaction)."""
+    with django_db_blocker.unblock():
+        yield
+
+
+def sign_in(page: Page, server: Server, user: User) -> None:
+    page.goto(server.url + "/accounts/login/")
+    page.fill("input[name=username]", user.get_username())
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("h1", has_text="Sessions")).to_be_visible()
+
+
+def new_session(page: Page, title: str) -> str:
+    """Start a session with the offline model from the list page; its URL."""
+    page.fill(".new-session input[name=title]", title)
+    page.click(".new-session button[type=submit]")
+    expect(page.locator(".session-head h1")).to_have_text(title)
+    wait_live(page)
+    return page.url
+
+
+def wait_live(page: Page) -> None:
+    page.wait_for_function("window.strandLive && window.strandLive.ready === true")
+
+
+def send(page: Page, text: str) -> None:
+    """Send a message from the composer; `wait_turn` then waits for its turn to end."""
+    expect_turn(page)
+    page.fill("textarea[data-composer]", text)
+    page.click("#composer-state button.primary")
+
+
+def expect_turn(page: Page) -> None:
+    """Remember how many turns have ended, before doing what starts one."""
+    page.evaluate("window.__turnsBefore = window.strandLive.turnsEnded")
+
+
+def wait_turn(page: Page, timeout: float = 20_000) -> None:
+    """Wait until the turn started by `send` has ended and the page shows it."""
+    page.wait_for_function("window.strandLive.turnsEnded > window.__turnsBefore", timeout=timeout)
+    expect(page.locator("#composer-state")).to_have_attribute(
+        "data-running", "false", timeout=timeout
+    )
+
+
+def screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=False)
