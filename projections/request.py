@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from projections.chat import content_text
-from projections.context import build_session_context, to_provider_messages
+from projections.context import SessionContext, build_session_context, to_provider_messages
 from projections.payload import PayloadError, build_payload, payload_sha256
 from projections.records import EntryRecord, EventRecord
 from projections.tokens import estimate_tokens
@@ -75,14 +75,20 @@ class RequestView:
 
 
 def project_request(
-    events: Sequence[EventRecord], entries: Sequence[EntryRecord], request_seq: int
+    events: Sequence[EventRecord],
+    entries: Sequence[EntryRecord],
+    request_seq: int,
+    *,
+    context: SessionContext | None = None,
 ) -> RequestView:
     """The request sent at `request_seq`.
 
     `events` must hold that `request/sent` event and the `request/header` it names (more
     events are fine: the first `assistant/message` of the same turn and step after the
     request is reported as the response). `entries` are the session's entries; only those
-    added before the request are used.
+    added before the request are used. A caller that has already built the context of the
+    request's leaf (say from its kept window) passes it as `context` instead; the path to
+    a leaf only ever holds entries older than the leaf, so it is the same context.
     """
     by_seq = {event.seq: event for event in events}
     sent = by_seq.get(request_seq)
@@ -92,9 +98,10 @@ def project_request(
     header = by_seq.get(header_seq) if isinstance(header_seq, int) else None
     if header is None or header.type != "request/header":
         raise RequestNotFound(f"request {request_seq}: no request/header at seq {header_seq}")
-    before = sorted((e for e in entries if e.seq < request_seq), key=lambda e: e.seq)
     leaf_id = sent.data.get("leaf_entry_id")
-    context = build_session_context(before, leaf_id if isinstance(leaf_id, str) else None)
+    if context is None:
+        before = sorted((e for e in entries if e.seq < request_seq), key=lambda e: e.seq)
+        context = build_session_context(before, leaf_id if isinstance(leaf_id, str) else None)
     messages = tuple(_context_message(i, m) for i, m in enumerate(context.messages))
     provider_messages = tuple(to_provider_messages(context.messages))
     payload, digest, error = _rebuild(header.data, provider_messages)

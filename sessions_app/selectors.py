@@ -14,8 +14,9 @@ from projections.context import (
     SessionContext,
     UnsetType,
     build_context_from_window,
+    build_session_context,
 )
-from projections.records import EntryRecord
+from projections.records import EntryRecord, EventRecord
 from projections.request import RequestNotFound, RequestView, project_request
 from sessions_app import store
 from sessions_app.models import Event, Session
@@ -116,8 +117,20 @@ def request_view(session: Session, seq: int) -> RequestView:
     header_seq = sent.data.get("header_seq")
     if isinstance(header_seq, int) and header_seq not in events:
         events.update((e.seq, e) for e in store.events_after(session.id, header_seq - 1, 1))
-    entries = [e for e in store.entries_of(session.id) if e.seq < seq]
-    return project_request(sorted(events.values(), key=lambda e: e.seq), entries, seq)
+    ordered = sorted(events.values(), key=lambda e: e.seq)
+    return project_request(ordered, (), seq, context=request_context(session, sent))
+
+
+def request_context(session: Session, sent: EventRecord) -> SessionContext:
+    """The context a `request/sent` was built from, read from its leaf's kept window."""
+    leaf = sent.data.get("leaf_entry_id")
+    if not isinstance(leaf, str):
+        return EMPTY_CONTEXT
+    if not store.entries_by_id(session.id, [leaf]):
+        # A leaf that names no entry: Pi's fallback, the last entry before the request.
+        before = [e for e in store.entries_of(session.id) if e.seq < sent.seq]
+        return build_session_context(before, leaf)
+    return session_context(session, leaf)
 
 
 def turn_numbers(session: Session) -> list[int]:

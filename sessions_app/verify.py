@@ -18,6 +18,7 @@ from projections.records import EventRecord
 from projections.request import project_request
 from sessions_app import store
 from sessions_app.models import Session
+from sessions_app.selectors import request_context
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,9 @@ def _check_requests(session: Session, events: list[EventRecord]) -> str | None:
     sent = [e for e in events if e.type == "request/sent"]
     if not sent:
         return None
-    entries = store.entries_of(session.id)
     for event in sent:
-        view = project_request(events, entries, event.seq)
+        context = request_context(session, event)
+        view = project_request(events, (), event.seq, context=context)
         if not view.matches:
             reason = f" ({view.error})" if view.error else ""
             return (

@@ -45,7 +45,6 @@ from projections.request import (
     RequestNotFound,
     RequestView,
     diff_requests,
-    project_request,
 )
 from projections.tokens import estimate_tokens
 from projections.trace import (
@@ -1112,16 +1111,7 @@ def _request_count(session: Session) -> int:
 
 
 def _request_view(session: Session, ref: RequestRef) -> RequestView:
-    events = store.events_of_turns(session.id, [ref.turn]) if ref.turn is not None else []
-    seqs = {e.seq for e in events}
-    if ref.seq not in seqs:
-        events += store.events_after(session.id, ref.seq - 1, 1)
-    sent = next((e for e in events if e.seq == ref.seq), None)
-    header_seq = sent.data.get("header_seq") if sent is not None else None
-    if isinstance(header_seq, int) and header_seq not in seqs:
-        events += store.events_after(session.id, header_seq - 1, 1)
-    entries = store.path_to_root(session.id, ref.leaf_entry_id) if ref.leaf_entry_id else []
-    return project_request(events, entries, ref.seq)
+    return selectors.request_view(session, ref.seq)
 
 
 def _context_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:
