@@ -71,6 +71,7 @@ from sessions_app.forms import (
     SessionNewForm,
 )
 from sessions_app.models import Entry, Event, Session
+from sessions_app.search import message_text_vector
 from sessions_app.store import NewEvent, StoreError
 
 log = logging.getLogger("strand.views")
@@ -641,22 +642,17 @@ def _state_of(marker: tuple[str, str | None] | None) -> str:
     return reason if reason in ("interrupted", "error", "aborted") else "idle"
 
 
-# Postgres full-text search, unindexed, over the sessions the viewer may see: the title, or
-# the text of any user or assistant message.
+# Postgres full-text search over the sessions the viewer may see: the title, or the text of
+# any user or assistant message. The message expression is the one the GIN index of
+# migration 0005 is built on, so the inner query is an index scan.
 _TEXT_QUERY = "websearch_to_tsquery('english', %s)"
 _SEARCH_SQL = f"""(
     to_tsvector('english', sessions_app_session.title) @@ {_TEXT_QUERY}
-    OR EXISTS (
-        SELECT 1 FROM sessions_app_entry e
-        WHERE e.session_id = sessions_app_session.id
-          AND e.type = 'message'
+    OR sessions_app_session.id IN (
+        SELECT e.session_id FROM sessions_app_entry e
+        WHERE e.type = 'message'
           AND e.data->'message'->>'role' IN ('user', 'assistant')
-          AND to_tsvector('english', CASE
-                WHEN jsonb_typeof(e.data->'message'->'content') = 'string'
-                THEN e.data->'message'->'content'
-                ELSE jsonb_path_query_array(
-                    e.data->'message'->'content', '$[*] ? (@.type == "text").text')
-              END) @@ {_TEXT_QUERY}
+          AND {message_text_vector("e")} @@ {_TEXT_QUERY}
     )
 )"""
 
