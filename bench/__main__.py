@@ -11,9 +11,15 @@ from bench.common import ROOT, Report, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, langgraph, pi
+    from bench import append, langgraph, live, pages, pi
 
-    suites = {"append": append.run, "pi": pi.run, "langgraph": langgraph.run}
+    suites = {
+        "append": append.run,
+        "pi": pi.run,
+        "langgraph": langgraph.run,
+        "pages": pages.run,
+        "live": live.run,
+    }
     chosen = argv or list(suites)
     report = Report()
     started = time.perf_counter()

@@ -50,6 +50,11 @@ def event_message(event: EventRecord) -> dict[str, Any]:
     }
 
 
+def encode_event(event: EventRecord) -> str:
+    """The text frame of one event, as every viewer receives it."""
+    return json.dumps(event_message(event), cls=DjangoJSONEncoder, ensure_ascii=False)
+
+
 def delta_message(message: Mapping[str, Any]) -> dict[str, Any]:
     """A runtime delta (see `sessions_app.agent`) as the client sees it."""
     return {
@@ -114,6 +119,19 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if isinstance(last_seq, int) and last_seq <= self.cursor:
             return
         await self._send_new_events()
+
+    async def session_events(self, message: Mapping[str, Any]) -> None:
+        """Events the process's listener read once for all viewers of this session."""
+        for seq, frame in message.get("events", ()):
+            if seq <= self.cursor:
+                continue
+            if seq != self.cursor + 1:
+                break  # a gap: the log fills it below
+            await self.send(text_data=frame)
+            self.cursor = seq
+        last_seq = message.get("last_seq")
+        if not isinstance(last_seq, int) or last_seq > self.cursor:
+            await self._send_new_events()
 
     async def session_delta(self, message: Mapping[str, Any]) -> None:
         await self.send_json(delta_message(message))

@@ -3,11 +3,13 @@
 The append path issues `NOTIFY strand_events, '<session id>:<last seq>'` inside its
 transaction; Postgres delivers it at commit, to every connection that listens, in every
 process. Each process runs one listener: a task on its event loop holding one dedicated
-async psycopg connection. The listener forwards each notification as a
-`session.committed` message to the channels of the local websockets that watch that
-session; each websocket then reads the events after its own cursor from the database. A
-notification carries no event data, so a lost or doubled notification costs one read and
-never a missing or repeated event.
+async psycopg connection. On a notification for a session that local websockets watch, the
+listener reads the new events once, encodes each once, and hands them to those websockets
+as a `session.events` message; a websocket sends the ones that follow its own cursor and,
+should it see a gap, reads the log from its cursor instead. A notification carries no
+event data, so a lost or doubled notification costs one read and never a missing or
+repeated event. (Reading once per process, not once per websocket, is what lets one
+process serve hundreds of viewers of a session.)
 
 Started lazily by the first websocket that subscribes (daphne has no lifespan hook), and
 started again on another event loop if the first one has gone (tests run one loop per test).
@@ -22,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from channels.db import database_sync_to_async
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.db import connections
 from psycopg.conninfo import make_conninfo
 
-from sessions_app.store import NOTIFY_CHANNEL
+from sessions_app.store import NOTIFY_CHANNEL, events_after
 
 log = logging.getLogger("strand.live")
 
@@ -44,6 +47,16 @@ def group_name(session_id: str) -> str:
 
 def committed_message(last_seq: int | None) -> dict[str, Any]:
     return {"type": "session.committed", "last_seq": last_seq}
+
+
+def events_message(events: list[list[Any]], last_seq: int) -> dict[str, Any]:
+    """New events as `[seq, encoded frame]` pairs, for the websockets of one session."""
+    return {"type": "session.events", "events": events, "last_seq": last_seq}
+
+
+# Most events read and encoded in one go for a notification; a larger batch (an import)
+# leaves the rest to each websocket's own read.
+FETCH_LIMIT = 200
 
 
 def parse_payload(payload: str) -> tuple[str, int | None] | None:
@@ -76,6 +89,7 @@ class _Listener:
     loop: asyncio.AbstractEventLoop
     conninfo: str
     subscribers: dict[str, set[str]] = field(default_factory=dict)  # session → channels
+    fetched: dict[str, int] = field(default_factory=dict)  # session → last seq read here
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     connection: psycopg.AsyncConnection[Any] | None = None
@@ -117,12 +131,30 @@ class _Listener:
         channels = self.subscribers.get(session_id)
         if not channels:
             return
+        message = committed_message(last_seq)
+        if last_seq is not None:
+            message = await self._read(session_id, last_seq) or message
         layer = get_channel_layer()
         assert layer is not None
         for channel in list(channels):
             with contextlib.suppress(ChannelFull):
-                # A full channel already holds nudges that will read this commit too.
-                await layer.send(channel, committed_message(last_seq))
+                # A full channel already holds messages that will bring this commit too.
+                await layer.send(channel, message)
+
+    async def _read(self, session_id: str, last_seq: int) -> dict[str, Any] | None:
+        """The events up to `last_seq` not read here yet, each encoded once."""
+        from sessions_app.consumers import encode_event
+
+        after = self.fetched.get(session_id, last_seq - 1)
+        if after >= last_seq:
+            return None
+        if last_seq - after > FETCH_LIMIT:
+            self.fetched[session_id] = last_seq
+            return None  # each websocket reads a large batch itself
+        records = await database_sync_to_async(events_after)(session_id, after, FETCH_LIMIT)
+        records = [r for r in records if r.seq <= last_seq]
+        self.fetched[session_id] = max(last_seq, after)
+        return events_message([[r.seq, encode_event(r)] for r in records], last_seq)
 
     async def _nudge_all(self) -> None:
         for session_id in list(self.subscribers):
@@ -171,6 +203,7 @@ def unsubscribe(session_id: str, channel_name: str) -> None:
     channels.discard(channel_name)
     if not channels:
         del listener.subscribers[session_id]
+        listener.fetched.pop(session_id, None)
 
 
 def subscriber_count() -> int:

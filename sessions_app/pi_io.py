@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 
 from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
 from sessions_app import services, store
@@ -84,8 +84,22 @@ def pi_import(
                 services.session_rename(session=session, title=title)
     except PiFileError as exc:
         raise PiImportError(str(exc)) from None
+    if written >= ANALYZE_AFTER:
+        _refresh_statistics()
     session.refresh_from_db()
     return ImportResult(session=session, entries=written, warnings=warnings)
+
+
+# An import this large changes the tables faster than autovacuum re-reads their statistics;
+# until it does, the planner takes the new session for a tiny one and walks its tree with
+# whole-session scans (seconds instead of milliseconds on a long path).
+ANALYZE_AFTER = 2_000
+
+
+def _refresh_statistics() -> None:
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE sessions_app_entry")
+        cur.execute("ANALYZE sessions_app_event")
 
 
 def _ids_in_file(source: IO[bytes]) -> set[str] | None:
