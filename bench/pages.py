@@ -221,7 +221,7 @@ def run(report: Report) -> None:
             "chat view, htmx partial": base + "?view=chat",
         }
         for name, url in pages.items():
-            headers: dict[str, Any] = {"HTTP_HX_REQUEST": "true"} if "htmx" in name else {}
+            headers: dict[str, Any] = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "view"} if "htmx" in name else {}
             response = client.get(url, **headers)
             assert response.status_code == 200, (url, response.status_code)
             timings = []
