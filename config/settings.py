@@ -7,6 +7,7 @@ SECRET_KEY, DEBUG, ALLOWED_HOSTS (comma-separated)
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
@@ -164,6 +165,12 @@ STRAND_LOCAL_USER = os.environ.get("STRAND_LOCAL_USER", "local")
 # Largest accepted event, as JSON bytes, and most events in one append.
 STRAND_MAX_EVENT_BYTES = int(os.environ.get("STRAND_MAX_EVENT_BYTES", str(1024 * 1024)))
 STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
+# Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
+# a minute and 20 imports an hour; [0, N] turns a limit off. Unset: those defaults.
+STRAND_RATE_LIMITS = {
+    scope: tuple(limit)
+    for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
+}
 # Folders under which sessions may have their working directory (where the agent's tools
 # read and write), separated by os.pathsep. A new session gets its owner's own folder under
 # the first one.
