@@ -17,19 +17,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, Report, Row
+from bench.common import Report, Row
+from deploy import daphne
 
 PORT = 18_700
 VIEWERS = 200
@@ -37,30 +33,10 @@ VIEWERS = 200
 
 class Daphne:
     def __init__(self, port: int = PORT, database_url: str | None = None) -> None:
-        env = {**os.environ, "STRAND_RECOVER_AT_START": "0"}
+        env = {"STRAND_RECOVER_AT_START": "0"}
         if database_url:
             env["DATABASE_URL"] = database_url
-        self.process = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("daphne")),
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "config.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("daphne did not start")
+        self.process = daphne.start(port, env)
 
     def rss_mb(self) -> float:
         import psutil
@@ -68,11 +44,7 @@ class Daphne:
         return psutil.Process(self.process.pid).memory_info().rss / 1e6
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        daphne.stop(self.process, 15)
 
 
 def _cookie_for(user: Any) -> str:

@@ -11,23 +11,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from deploy.daphne import wait_for_port
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _wait_for(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
 
 
 def _unblock() -> None:
@@ -63,7 +53,7 @@ def main() -> None:
             )
         )
         env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-        _wait_for(port)
+        wait_for_port(port)
     if "DATABASE_URL" not in env:
         # Start (or attach to) the embedded server once, so every worker shares it.
         sys.path.insert(0, str(ROOT))
@@ -83,7 +73,7 @@ def main() -> None:
                 )
             )
         for port in ports:
-            _wait_for(port)
+            wait_for_port(port)
         backends = [f"127.0.0.1:{p}" for p in ports]
         processes.append(
             subprocess.Popen(
@@ -93,7 +83,7 @@ def main() -> None:
                 preexec_fn=_unblock,
             )
         )
-        _wait_for(front)
+        wait_for_port(front)
         print(
             f"Strand: http://127.0.0.1:{front}/ → {workers} processes ({', '.join(backends)}), "
             f"channel layer {env['REDIS_URL']}",

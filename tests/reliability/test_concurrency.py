@@ -9,10 +9,7 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -22,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from deploy import daphne
 from sessions_app import services, store, tokens
 from tests.runtime.conftest import child_database_url
 
@@ -32,37 +30,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def start_server(port: int, **env: str) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("daphne")),
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "config.asgi:application",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": child_database_url(), **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the server exited on start"
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return process
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")
+    return daphne.start(port, {"DATABASE_URL": child_database_url(), **env})
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
+    daphne.stop(process)
 
 
 @pytest.fixture

@@ -20,9 +20,7 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 import pytest
 import requests
 
+from deploy import daphne
 from projections.context import build_session_context
 from sessions_app import services, store, tokens
 from sessions_app.models import Session
@@ -55,17 +54,6 @@ MESSAGES = [
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the server exited on start"
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"the server did not listen on {port}")
-
-
 class Server:
     def __init__(self, token: str) -> None:
         self.process: subprocess.Popen[bytes] | None = None
@@ -75,27 +63,12 @@ class Server:
 
     def start(self) -> None:
         env = {
-            **os.environ,
             "DATABASE_URL": child_database_url(),
             "STRAND_RECOVER_AT_START": "1",
             "STRAND_OFFLINE_CHUNK_DELAY_MS": "4",
             "STRAND_TOOL_DELAY_MS": "40",
         }
-        self.process = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("daphne")),
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(PORT),
-                "config.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        _wait_for_port(PORT, self.process)
+        self.process = daphne.start(PORT, env)
 
     def kill(self) -> None:
         assert self.process is not None

@@ -1,0 +1,60 @@
+"""Starting and stopping daphne processes: for `make cluster`, the benchmarks and the tests
+that need real server processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for_port(
+    port: int, process: subprocess.Popen[Any] | None = None, timeout: float = 30
+) -> None:
+    """Return once something listens on 127.0.0.1:`port`; fail if `process` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the process for port {port} exited with {process.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def start(port: int, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
+    """daphne serving Strand on 127.0.0.1:`port`, started and listening."""
+    daphne = str(Path(sys.executable).with_name("daphne"))
+    popen.setdefault("stdout", subprocess.DEVNULL)
+    popen.setdefault("stderr", subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [daphne, "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        **popen,
+    )
+    try:
+        wait_for_port(port, process)
+    except RuntimeError:
+        stop(process)
+        raise
+    return process
+
+
+def stop(process: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL if it has not gone after `timeout` seconds."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout)
