@@ -177,8 +177,8 @@ def _analyze() -> None:
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("ANALYZE sessions_app_entry")
-        cur.execute("ANALYZE sessions_app_event")
+        cur.execute("ANALYZE sessions_app_entry (session_id, entry_id, parent_id)")
+        cur.execute("ANALYZE sessions_app_event (session_id, type)")
 
 
 def _compact(store: Any, session: Any, seq: int, rng: random.Random) -> int:

@@ -97,9 +97,10 @@ ANALYZE_AFTER = 2_000
 
 
 def _refresh_statistics() -> None:
+    # Only the columns the planner needs to size a session: a fraction of a second.
     with connection.cursor() as cur:
-        cur.execute("ANALYZE sessions_app_entry")
-        cur.execute("ANALYZE sessions_app_event")
+        cur.execute("ANALYZE sessions_app_entry (session_id, entry_id, parent_id)")
+        cur.execute("ANALYZE sessions_app_event (session_id, type)")
 
 
 def _ids_in_file(source: IO[bytes]) -> set[str] | None:

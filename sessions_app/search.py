@@ -1,7 +1,7 @@
 """The text of a message entry as Postgres full-text search sees it.
 
-One expression, used both by the index (migration 0005) and by the search query, so that
-the planner can match them.
+Kept as one expression so that an index built on it (`USING gin ((message_text_vector()))`)
+would be used by the search query as it stands.
 """
 
 from __future__ import annotations
