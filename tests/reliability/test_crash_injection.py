@@ -12,7 +12,7 @@ request starts crash recovery — it checks that:
 - every step is closed, every `tool/call` has exactly one `tool/result`;
 - the context of the current leaf pairs each tool call with a result;
 - `verify` finds no difference between the log and the stored projections;
-- the session still opens (its chat view through the API of the restarted server).
+- the session page opens in the restarted server (and its chat view through the API).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import requests
+from django.test import Client
 
 from deploy import daphne
 from projections.context import build_session_context
@@ -55,11 +56,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Server:
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, cookie: str) -> None:
         self.process: subprocess.Popen[bytes] | None = None
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
         self.base = f"http://127.0.0.1:{PORT}/api"
+        self.browser = requests.Session()
+        self.browser.cookies.set("sessionid", cookie)
+
+    def page(self, path: str) -> str:
+        response = self.browser.get(f"http://127.0.0.1:{PORT}{path}", timeout=10)
+        assert response.status_code == 200, response.status_code
+        return response.text
 
     def start(self) -> None:
         env = {
@@ -140,6 +148,7 @@ def _check(
     assert verify_session(session) is None
     chat = server.get(f"/sessions/{session.id}/views/chat")
     assert "items" in chat
+    assert session.title in server.page(f"/sessions/{session.id}/")
     return now
 
 
@@ -183,7 +192,9 @@ def test_sigkill_at_random_points_loses_and_doubles_nothing(django_user_model, t
         },
     )
     _, token = tokens.token_create(alice, "crash")
-    server = Server(token)
+    browser = Client(SERVER_NAME="127.0.0.1")
+    browser.force_login(alice)
+    server = Server(token, browser.cookies["sessionid"].value)
     rng = random.Random(SEED)
     snapshot: list[tuple[int, str, Any]] = []
     interrupted_before = 0
