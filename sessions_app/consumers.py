@@ -21,6 +21,7 @@ socket is closed before the handshake completes (HTTP 403).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -97,10 +98,13 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             return
         self.session_id = session_id
         self.cursor = after_seq_of(self.scope.get("query_string", b""))
+        # The listener may hand events straight to this socket (see `deliver`) while its own
+        # handlers run: the cursor is only read and moved under this lock.
+        self.sending = asyncio.Lock()
         await self.accept()
         # Listen first, then read: a commit lands either in the read or in a notification.
         await self.channel_layer.group_add(live.group_name(session_id), self.channel_name)
-        await live.subscribe(session_id, self.channel_name)
+        await live.subscribe(session_id, self.channel_name, self.deliver)
         await self._send_new_events()
         await self.send_json({"type": "ready", "last_seq": self.cursor})
 
@@ -121,7 +125,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self._send_new_events()
 
     async def session_events(self, message: Mapping[str, Any]) -> None:
+        await self.deliver(message)
+
+    async def deliver(self, message: Mapping[str, Any]) -> None:
         """Events the process's listener read once for all viewers of this session."""
+        async with self.sending:
+            await self._deliver(message)
+
+    async def _deliver(self, message: Mapping[str, Any]) -> None:
         for seq, frame in message.get("events", ()):
             if seq <= self.cursor:
                 continue
@@ -131,12 +142,16 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             self.cursor = seq
         last_seq = message.get("last_seq")
         if not isinstance(last_seq, int) or last_seq > self.cursor:
-            await self._send_new_events()
+            await self._read_new_events()
 
     async def session_delta(self, message: Mapping[str, Any]) -> None:
         await self.send_json(delta_message(message))
 
     async def _send_new_events(self) -> None:
+        async with self.sending:
+            await self._read_new_events()
+
+    async def _read_new_events(self) -> None:
         assert self.session_id is not None
         while True:
             page = await database_sync_to_async(store.events_after)(

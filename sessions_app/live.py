@@ -5,7 +5,9 @@ transaction; Postgres delivers it at commit, to every connection that listens, i
 process. Each process runs one listener: a task on its event loop holding one dedicated
 async psycopg connection. On a notification for a session that local websockets watch, the
 listener reads the new events once, encodes each once, and hands them to those websockets
-as a `session.events` message; a websocket sends the ones that follow its own cursor and,
+as a `session.events` message, by calling each socket's `deliver` directly (no trip through
+the channel layer: at 200 viewers that trip, a copy, a queue and a task wake-up per viewer,
+was most of the delivery time); a websocket sends the events that follow its own cursor and,
 should it see a gap, reads the log from its cursor instead. A notification carries no
 event data, so a lost or doubled notification costs one read and never a missing or
 repeated event. (Reading once per process, not once per websocket, is what lets one
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +92,8 @@ class _Listener:
     loop: asyncio.AbstractEventLoop
     conninfo: str
     subscribers: dict[str, set[str]] = field(default_factory=dict)  # session → channels
+    # channel → a coroutine function that takes a `session.events` message directly
+    deliverers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = field(default_factory=dict)
     fetched: dict[str, int] = field(default_factory=dict)  # session → last seq read here
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -137,6 +142,15 @@ class _Listener:
         layer = get_channel_layer()
         assert layer is not None
         for channel in list(channels):
+            deliver = self.deliverers.get(channel)
+            if deliver is not None and message["type"] == "session.events":
+                # Straight to the socket: one call per viewer instead of a trip through the
+                # channel layer (a copy, a queue and a task wake-up per viewer and event).
+                try:
+                    await deliver(message)
+                except Exception:
+                    log.debug("a viewer went away during delivery", exc_info=True)
+                continue
             with contextlib.suppress(ChannelFull):
                 # A full channel already holds messages that will bring this commit too.
                 await layer.send(channel, message)
@@ -184,11 +198,17 @@ def _current() -> _Listener:
     return _listener
 
 
-async def subscribe(session_id: str, channel_name: str) -> None:
+async def subscribe(
+    session_id: str,
+    channel_name: str,
+    deliver: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+) -> None:
     """Forward commits of `session_id` to `channel_name`; returns once the listener is
     listening (or after a timeout: the listener nudges everyone when it starts)."""
     listener = _current()
     listener.subscribers.setdefault(session_id, set()).add(channel_name)
+    if deliver is not None:
+        listener.deliverers[channel_name] = deliver
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(listener.listening.wait(), READY_TIMEOUT_S)
 
@@ -201,6 +221,7 @@ def unsubscribe(session_id: str, channel_name: str) -> None:
     if channels is None:
         return
     channels.discard(channel_name)
+    listener.deliverers.pop(channel_name, None)
     if not channels:
         del listener.subscribers[session_id]
         listener.fetched.pop(session_id, None)
