@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import transaction
 
 from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
 from sessions_app import services, store
@@ -85,22 +85,13 @@ def pi_import(
     except PiFileError as exc:
         raise PiImportError(str(exc)) from None
     if written >= ANALYZE_AFTER:
-        _refresh_statistics()
+        store.refresh_statistics()
     session.refresh_from_db()
     return ImportResult(session=session, entries=written, warnings=warnings)
 
 
-# An import this large changes the tables faster than autovacuum re-reads their statistics;
-# until it does, the planner takes the new session for a tiny one and walks its tree with
-# whole-session scans (seconds instead of milliseconds on a long path).
+# An import this large changes the tables faster than autovacuum re-reads their statistics.
 ANALYZE_AFTER = 2_000
-
-
-def _refresh_statistics() -> None:
-    # Only the columns the planner needs to size a session: a fraction of a second.
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE sessions_app_entry (session_id, entry_id, parent_id)")
-        cur.execute("ANALYZE sessions_app_event (session_id, type)")
 
 
 def _ids_in_file(source: IO[bytes]) -> set[str] | None:

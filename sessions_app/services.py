@@ -92,6 +92,17 @@ def session_rename(*, session: Session, title: str) -> Session:
     return session
 
 
+def session_label(*, session: Session, entry_id: str, label: str) -> store.AppendResult:
+    """Label an entry (an empty label clears it): a `label` entry at the current leaf, as
+    Pi's `appendLabelChange` writes it."""
+    if not store.entries_by_id(session.id, [entry_id]):
+        raise StoreError(f"{entry_id!r} is not an entry of this session")
+    entry: dict[str, Any] = {"type": "label", "targetId": entry_id}
+    if label:
+        entry["label"] = label
+    return _append_at_head(session, [NewEvent("entry/label", {"entry": entry})])
+
+
 def session_move_leaf(
     *, session: Session, to: str | None, reason: str = "navigate"
 ) -> store.AppendResult:

@@ -418,32 +418,51 @@ def entries_of(session_id: uuid.UUID | str) -> list[EntryRecord]:
         return [_entry_record(row) for row in cur.fetchall()]
 
 
+# The path from a leaf up to the root (or to depth %(min_depth)s) as (entry_id, parent_id,
+# seq, depth) rows, named `path`; parameters %(s)s (session), %(leaf)s and %(min_depth)s.
+# It stops at a missing parent (an orphan starts its own path) and never loops: the depth
+# column strictly decreases along a valid path. Other reads join what they need to it.
+PATH_CTE = """
+WITH RECURSIVE path AS (
+    SELECT entry_id, parent_id, seq, depth FROM sessions_app_entry
+    WHERE session_id = %(s)s AND entry_id = %(leaf)s
+    UNION ALL
+    SELECT e.entry_id, e.parent_id, e.seq, e.depth
+    FROM sessions_app_entry e JOIN path p
+      ON e.session_id = %(s)s AND e.entry_id = p.parent_id AND e.depth < p.depth
+    WHERE e.depth >= %(min_depth)s
+)"""
+
+
 def path_to_root(
     session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int = 0
 ) -> list[EntryRecord]:
     """Entries from the root (or from depth `min_depth`) down to `leaf_id`, following parent
-    ids; empty if the leaf is unknown.
-
-    Stops at a missing parent (an orphan starts its own path) and never loops: the depth
-    column strictly decreases along a valid path.
-    """
+    ids; empty if the leaf is unknown."""
     with connection.cursor() as cur:
         cur.execute(
-            """
-            WITH RECURSIVE path AS (
-                SELECT entry_id, parent_id, type, timestamp, data, seq, depth
-                FROM sessions_app_entry WHERE session_id = %(s)s AND entry_id = %(leaf)s
-                UNION ALL
-                SELECT e.entry_id, e.parent_id, e.type, e.timestamp, e.data, e.seq, e.depth
-                FROM sessions_app_entry e JOIN path p
-                  ON e.session_id = %(s)s AND e.entry_id = p.parent_id AND e.depth < p.depth
-                WHERE e.depth >= %(min_depth)s
-            )
-            SELECT entry_id, parent_id, type, timestamp, data, seq FROM path ORDER BY depth
+            f"""{PATH_CTE}
+            SELECT e.entry_id, e.parent_id, e.type, e.timestamp, e.data, e.seq
+            FROM path JOIN sessions_app_entry e
+              ON e.session_id = %(s)s AND e.entry_id = path.entry_id
+            ORDER BY path.depth
             """,
             {"s": str(session_id), "leaf": leaf_id, "min_depth": min_depth},
         )
         return [_entry_record(row) for row in cur.fetchall()]
+
+
+def refresh_statistics() -> None:
+    """Re-read the planner's statistics for the columns that size a session.
+
+    After a burst of writes (a large import) the tables change faster than autovacuum
+    re-reads them; until it does, the planner takes a new session for a tiny one and walks
+    its tree with whole-session scans. Limited to those columns, this takes a fraction of a
+    second.
+    """
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE sessions_app_entry (session_id, entry_id, parent_id)")
+        cur.execute("ANALYZE sessions_app_event (session_id, type)")
 
 
 def entries_by_id(session_id: uuid.UUID | str, ids: Iterable[str]) -> list[EntryRecord]:

@@ -8,7 +8,6 @@ names the first place where the two disagree. Request manifests are checked too:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,8 +150,3 @@ def _check_requests(session: Session, events: list[EventRecord]) -> str | None:
                 f"not match the rebuilt payload's {view.payload_sha256}{reason}"
             )
     return None
-
-
-def verify_sessions(sessions: Iterator[Session]) -> Iterator[tuple[Session, str | None]]:
-    for session in sessions:
-        yield session, verify_session(session)

@@ -72,7 +72,7 @@ from sessions_app.forms import (
 )
 from sessions_app.models import Entry, Event, Session
 from sessions_app.search import message_text_vector
-from sessions_app.store import NewEvent, StoreError
+from sessions_app.store import StoreError
 
 log = logging.getLogger("strand.views")
 
@@ -382,7 +382,7 @@ def session_label(request: HttpRequest, session_id: Any) -> HttpResponse:
         messages.error(request, "A turn is running: label entries once it ends.")
     else:
         try:
-            label_set(
+            services.session_label(
                 session=session,
                 entry_id=form.cleaned_data["entry_id"],
                 label=form.cleaned_data["label"],
@@ -748,16 +748,6 @@ def _pending_approvals(session: Session, turn: int | None) -> tuple[PendingAppro
 # --- small writes the pages make -----------------------------------------------------------
 
 
-def label_set(*, session: Session, entry_id: str, label: str) -> None:
-    """Label an entry (an empty label clears it): a `label` entry at the current leaf."""
-    if not Entry.objects.filter(session_id=session.id, entry_id=entry_id).exists():
-        raise StoreError(f"{entry_id!r} is not an entry of this session")
-    entry: dict[str, Any] = {"type": "label", "targetId": entry_id}
-    if label:
-        entry["label"] = label
-    _append_at_head(session, [NewEvent("entry/label", {"entry": entry})])
-
-
 def leaf_before_entry(session: Session, entry_id: str) -> None:
     """Move the leaf to a user message's parent, so that what is sent next is its sibling."""
     found = (
@@ -776,17 +766,6 @@ def leaf_before_entry(session: Session, entry_id: str) -> None:
     session.refresh_from_db(fields=["leaf_entry_id"])
     if session.leaf_entry_id != parent_id:
         services.session_move_leaf(session=session, to=parent_id)
-
-
-def _append_at_head(session: Session, events: list[NewEvent]) -> None:
-    for _ in range(20):
-        session.refresh_from_db(fields=["last_seq"])
-        try:
-            store.append_events(session.id, session.last_seq, events)
-            return
-        except store.ConcurrencyError:
-            continue
-    raise store.ConcurrencyError(session.last_seq, session.last_seq)
 
 
 # --- the shown branch ----------------------------------------------------------------------
@@ -812,19 +791,6 @@ def _turns_of_entries(session: Session, path: list[EntryRecord]) -> list[int]:
         return sorted(int(row[0]) for row in cur.fetchall())
 
 
-# The path from a leaf to its root, as (entry_id, parent_id, seq, depth) rows.
-_PATH_CTE = """
-WITH RECURSIVE path AS (
-    SELECT entry_id, parent_id, seq, depth FROM sessions_app_entry
-    WHERE session_id = %(s)s AND entry_id = %(leaf)s
-    UNION ALL
-    SELECT e.entry_id, e.parent_id, e.seq, e.depth
-    FROM sessions_app_entry e JOIN path p
-      ON e.session_id = %(s)s AND e.entry_id = p.parent_id AND e.depth < p.depth
-    WHERE e.depth >= %(min_depth)s
-)"""
-
-
 def _path_turns(session: Session, leaf: str | None, *, min_depth: int = 0) -> list[int]:
     """The turns that added entries on the path to `leaf`, from `min_depth` down (without
     reading the entries)."""
@@ -832,7 +798,7 @@ def _path_turns(session: Session, leaf: str | None, *, min_depth: int = 0) -> li
         return []
     with connection.cursor() as cur:
         cur.execute(
-            f"{_PATH_CTE} SELECT DISTINCT ev.turn FROM path JOIN sessions_app_event ev "
+            f"{store.PATH_CTE} SELECT DISTINCT ev.turn FROM path JOIN sessions_app_event ev "
             "ON ev.session_id = %(s)s AND ev.seq = path.seq "
             "WHERE ev.turn IS NOT NULL AND path.depth >= %(min_depth)s",
             {"s": str(session.id), "leaf": leaf, "min_depth": min_depth},
@@ -1097,7 +1063,7 @@ def _requests(session: Session, leaf: str | None, *, everywhere: bool) -> list[R
     if not everywhere:
         if leaf is None:
             return []
-        sql = f"{_PATH_CTE} {sql} AND ev.data->>'leaf_entry_id' IN (SELECT entry_id FROM path)"
+        sql = f"{store.PATH_CTE} {sql} AND ev.data->>'leaf_entry_id' IN (SELECT entry_id FROM path)"
     with connection.cursor() as cur:
         cur.execute(sql + " ORDER BY ev.seq", {"s": str(session.id), "leaf": leaf, "min_depth": 0})
         return [RequestRef(*row) for row in cur.fetchall()]
