@@ -97,6 +97,10 @@ def _facts(session: Session, sql: str, params: list[Any]) -> _LeafFacts | None:
     return _LeafFacts(*row) if row else None
 
 
+def entry_exists(session: Session, entry_id: str) -> bool:
+    return bool(store.entries_by_id(session.id, [entry_id]))
+
+
 def entry_records(session: Session) -> list[EntryRecord]:
     return store.entries_of(session.id)
 

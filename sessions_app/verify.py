@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection
 
 from projections.records import EventRecord
-from projections.request import project_request
+from projections.request import RequestNotFound, project_request
 from sessions_app import store
 from sessions_app.models import Session
 from sessions_app.selectors import request_context
@@ -141,8 +141,13 @@ def _check_requests(session: Session, events: list[EventRecord]) -> str | None:
     if not sent:
         return None
     for event in sent:
-        context = request_context(session, event)
-        view = project_request(events, (), event.seq, context=context)
+        try:
+            context = request_context(session, event)
+            view = project_request(events, (), event.seq, context=context)
+        except (RequestNotFound, LookupError, TypeError, ValueError) as exc:
+            # Facts that do not hold together (a header_seq naming no header, a manifest of
+            # the wrong shape) are a difference to report, not a crash.
+            return f"request/sent at seq {event.seq}: cannot rebuild the payload ({exc})"
         if not view.matches:
             reason = f" ({view.error})" if view.error else ""
             return (

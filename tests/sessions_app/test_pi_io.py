@@ -277,3 +277,38 @@ def test_fork_of_an_imported_session_keeps_the_path_context(alice):
         selectors.session_context(fork).to_pi()["messages"]
         == selectors.session_context(session).to_pi()["messages"]
     )
+
+
+@pytest.mark.django_db
+def test_context_command_refuses_an_unknown_leaf(alice, capsys):
+    session = import_file(CASES / "basic_linear.jsonl", alice).session
+    with pytest.raises(CommandError, match="'nope' is not an entry"):
+        call_command("context", str(session.id), "--leaf", "nope")
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.django_db
+def test_verify_reports_a_request_whose_header_is_not_a_header(alice):
+    session = import_file(CASES / "basic_linear.jsonl", alice).session
+    # seq 0 is `session/created`, not a `request/header`: the manifest cannot be rebuilt.
+    store.append_events(
+        session.id,
+        session.last_seq,
+        [
+            store.NewEvent(
+                "request/sent",
+                {
+                    "header_seq": 0,
+                    "leaf_entry_id": session.leaf_entry_id,
+                    "payload_sha256": "0" * 64,
+                    "token_estimate": 1,
+                },
+            )
+        ],
+    )
+    session.refresh_from_db()
+    difference = verify_session(session) or ""
+    assert f"request/sent at seq {session.last_seq}" in difference
+    assert "cannot rebuild" in difference
+    with pytest.raises(CommandError, match=f"session {session.id}: request/sent"):
+        call_command("verify", str(session.id))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from projections.context import UNSET, to_provider_messages
 from sessions_app import selectors
@@ -30,6 +30,9 @@ class Command(StrandCommand):
         session = session_by_id(options["session_id"])
         leaf = options["leaf"]
         chosen = UNSET if leaf is None else (None if leaf == "null" else leaf)
+        if isinstance(chosen, str) and not selectors.entry_exists(session, chosen):
+            # As the API answers 400: an unknown leaf is an error, not the last entry's context.
+            raise CommandError(f"{chosen!r} is not an entry of session {session.id}")
         context = selectors.session_context(session, chosen)
         if options["format"] == "pi":
             value: Any = context.to_pi()
