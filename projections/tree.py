@@ -7,7 +7,9 @@ broken at their earliest entry so that every entry is shown exactly once.
 
 The layout is Pi's `/tree` and HTML export layout (`flattenTree`): rows in depth-first
 order, the branch holding the active leaf first at every fork, single-child chains kept at
-one indent, with the vertical gutter lines each row needs.
+one indent, with the vertical gutter lines each row needs. A row's own size does not grow
+with its depth (an indent number and a connector); only `TreeRow.prefix`, Pi's text
+drawing of one row, does, so no door draws a whole tree with it.
 
 Everything is iterative: a session of 100,000 entries is a 100,000-deep chain.
 """
@@ -77,8 +79,18 @@ class TreeRow:
     _gutters: _Gutter | None
 
     @property
+    def connector(self) -> str:
+        """The connector just before the node: "├─", "└─" for a child of a fork, else ""."""
+        if not self.show_connector or self.is_virtual_root_child:
+            return ""
+        return "└─" if self.is_last else "├─"
+
+    @property
     def gutters(self) -> tuple[tuple[int, bool], ...]:
-        """(position, show) of the vertical lines to the left of this row, outermost first."""
+        """(position, show) of the vertical lines to the left of this row, outermost first.
+
+        As long as the row is deep: for drawing one row as text (Pi's own look), never for
+        every row of a tree, which would grow with the square of its depth."""
         found: list[tuple[int, bool]] = []
         gutter = self._gutters
         while gutter is not None:
@@ -88,7 +100,10 @@ class TreeRow:
 
     @property
     def prefix(self) -> str:
-        """The connector text in front of the node, e.g. "│  ├─ " (Pi's buildTreePrefix)."""
+        """The connector text in front of the node, e.g. "│  ├─ " (Pi's buildTreePrefix).
+
+        As long as the row is deep (see `gutters`): the doors send `display_indent` and
+        `connector` and draw the indentation with CSS."""
         connector = self.show_connector and not self.is_virtual_root_child
         connector_at = self.display_indent - 1 if connector else -1
         by_position: dict[int, bool] = {}

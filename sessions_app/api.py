@@ -59,13 +59,16 @@ from projections.chat import project_chat
 from projections.context import UNSET, to_provider_messages
 from projections.request import RequestNotFound
 from projections.trace import pick_turns, project_trace
-from projections.tree import project_tree
+from projections.tree import TreeRow
 from runtime import AgentError
 from runtime.config import ConfigError
 from sessions_app import access, agent, pi_io, ratelimit, selectors, services, store, tokens
 from sessions_app.models import Entry, Session
 from sessions_app.schemas import (
+    ENTRY_ID_MAX,
+    SEQ_MAX,
     TITLE_MAX,
+    TREE_LABEL_MAX,
     AppendOut,
     ApprovalDecisionIn,
     ApprovalOut,
@@ -102,6 +105,7 @@ from sessions_app.schemas import (
     TokenOut,
     TraceIn,
     TraceOut,
+    TreeIn,
     TreeOut,
     plain,
 )
@@ -590,13 +594,76 @@ def entry_list(request: HttpRequest, session_id: uuid.UUID, page: Query[EntryPag
 
 
 @router.get("/sessions/{session_id}/tree", response={200: TreeOut, ERRORS: ErrorOut})
-def tree_get(request: HttpRequest, session_id: uuid.UUID) -> Any:
+def tree_get(request: HttpRequest, session_id: uuid.UUID, page: Query[TreeIn]) -> Any:
+    """The branch tree as rows in display order, a page at a time: each row has its depth
+    and indent as numbers, so the answer grows with the rows it holds, whatever the shape.
+    The cursor keeps the tree as it stood at the first page (its last seq and leaf)."""
     session = access.session_for(_user(request), session_id)
-    tree = project_tree(selectors.entry_records(session), session.leaf_entry_id)
-    nodes = [
-        {**plain(row.node), "indent": row.display_indent, "prefix": row.prefix} for row in tree.rows
-    ]
-    return {**plain(tree), "nodes": nodes}
+    if page.cursor:
+        as_of, leaf, start = _decode_tree_cursor(page.cursor)
+    else:
+        as_of, leaf, start = session.last_seq, session.leaf_entry_id, 0
+    found = selectors.tree_page(session, as_of_seq=as_of, leaf=leaf, start=start, limit=page.limit)
+    tree = found.tree
+    nodes = [_tree_row(row) for row in found.rows]
+    return {
+        "leaf_id": tree.leaf_id,
+        "session_name": _clip(tree.session_name),
+        "node_count": len(tree.rows),
+        "root_count": len(tree.roots),
+        "nodes": nodes,
+        "next_cursor": None
+        if found.next_start is None
+        else _encode_tree_cursor(as_of, leaf, found.next_start),
+    }
+
+
+def _tree_row(row: TreeRow) -> dict[str, Any]:
+    node = row.node
+    return {
+        "row": row.row,
+        "id": node.id,
+        "parent_id": node.parent_id,
+        "type": node.type,
+        "role": node.role,
+        "timestamp": node.timestamp,
+        "seq": node.seq,
+        "depth": node.depth,
+        "indent": row.display_indent,
+        "connector": row.connector,
+        "child_count": len(node.children),
+        "text": node.text,
+        "label": _clip(node.label),
+        "marker": node.marker,
+        "on_active_path": node.on_active_path,
+        "is_current_leaf": node.is_current_leaf,
+        "descendants": node.descendants,
+        "messages_below": node.messages_below,
+        "newest_leaf_id": node.newest_leaf_id,
+    }
+
+
+def _clip(text: str | None) -> str | None:
+    return text if text is None or len(text) <= TREE_LABEL_MAX else text[: TREE_LABEL_MAX - 1] + "…"
+
+
+def _encode_tree_cursor(as_of_seq: int, leaf: str | None, start: int) -> str:
+    raw = json.dumps([as_of_seq, leaf, start], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_tree_cursor(cursor: str) -> tuple[int, str | None, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        as_of, leaf, start = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error):
+        raise StoreError("the cursor is not one this API gave out") from None
+    numbers = type(as_of) is int and type(start) is int  # not bool, not float
+    if not numbers or not (-1 <= as_of <= SEQ_MAX and 0 <= start <= SEQ_MAX):
+        raise StoreError("the cursor is not one this API gave out")
+    if leaf is not None and (not isinstance(leaf, str) or len(leaf) > ENTRY_ID_MAX):
+        raise StoreError("the cursor is not one this API gave out")
+    return as_of, leaf, start
 
 
 @router.get("/sessions/{session_id}/leaf", response={200: LeafOut, ERRORS: ErrorOut})

@@ -36,6 +36,8 @@ QUERY_MAX = 200
 PAGE_MAX = 200
 EVENTS_PAGE_MAX = 1000
 ENTRIES_PAGE_MAX = 5000
+TREE_PAGE_MAX = 2000  # rows of the tree in one answer
+TREE_LABEL_MAX = 200  # characters of a label in a tree row (an imported label can be longer)
 SEQ_MAX = 2**62
 
 
@@ -299,7 +301,17 @@ class ContextOut(Schema):
     model: dict[str, Any] | None
 
 
+class TreeIn(Schema):
+    limit: int = Field(500, ge=1, le=TREE_PAGE_MAX, description="Rows in this page")
+    cursor: str | None = Field(None, max_length=200, description="next_cursor of a page")
+
+
 class TreeNodeOut(Schema):
+    """One row of the drawn tree. Its size does not grow with its depth or its number of
+    children: `indent` (Pi's layout) and `depth` (from the root) are numbers, `connector`
+    is the one mark before a fork's child; a client draws the indentation."""
+
+    row: int = Field(..., description="Position in display order (Pi's /tree)")
     id: str
     parent_id: str | None
     type: str
@@ -307,26 +319,29 @@ class TreeNodeOut(Schema):
     timestamp: str
     seq: int
     depth: int
-    children: list[str]
+    indent: int
+    connector: str = Field(..., description='"├─" or "└─" for a child of a fork, else ""')
+    child_count: int
     text: str
-    label: str | None
+    label: str | None = Field(..., description=f"At most {TREE_LABEL_MAX} characters")
     marker: str | None
     on_active_path: bool
     is_current_leaf: bool
     descendants: int
     messages_below: int
     newest_leaf_id: str
-    indent: int
-    prefix: str
 
 
 class TreeOut(Schema):
     leaf_id: str | None
-    roots: list[str]
-    active_path: list[str]
-    nodes: list[TreeNodeOut] = Field(..., description="In display order (Pi's /tree)")
-    labels: dict[str, str]
     session_name: str | None
+    node_count: int
+    root_count: int
+    nodes: list[TreeNodeOut] = Field(..., description="A page of rows in display order")
+    next_cursor: str | None = Field(
+        ...,
+        description="The next page of the same tree (as it stood at the first page), or null",
+    )
 
 
 class ChatOut(Schema):

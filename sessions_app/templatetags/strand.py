@@ -21,6 +21,9 @@ register = template.Library()
 
 CLIP_CHARS = 20_000
 JSON_CHARS = 50_000
+# Indent levels of the tree that CSS draws (classes d0…d24 in strand.css); a deeper row is
+# drawn at the last level with its level written out, so no row grows with its depth.
+TREE_DRAWN_INDENT = 24
 
 
 @register.filter
@@ -193,6 +196,19 @@ def usage_text(usage: Any) -> str:
     parts.append(f"total {usage.total_tokens:,}")
     parts.append(cost(usage.cost))
     return " · ".join(parts)
+
+
+@register.filter
+def indent_class(indent: Any) -> str:
+    """The CSS class that indents a tree row `indent` levels (at most TREE_DRAWN_INDENT)."""
+    level = indent if isinstance(indent, int) and indent > 0 else 0
+    return f"d{min(level, TREE_DRAWN_INDENT)}"
+
+
+@register.filter
+def indent_hidden(indent: Any) -> bool:
+    """Whether a row is deeper than CSS draws, so its level is written out instead."""
+    return isinstance(indent, int) and indent > TREE_DRAWN_INDENT
 
 
 @register.filter

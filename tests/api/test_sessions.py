@@ -227,13 +227,36 @@ def test_tree_shows_branches_labels_and_the_active_path(
     tree = body_of(as_alice.get(f"/sessions/{alice_session.id}/tree"))
     entries = store.entries_of(alice_session.id)
     root = entries[0].id
-    assert tree["roots"] == [root]
-    assert tree["labels"] == {root: "start"}
+    assert (tree["node_count"], tree["root_count"]) == (len(entries), 1)
     assert tree["leaf_id"] == alice_session.leaf_entry_id
-    assert tree["active_path"][0] == root and tree["active_path"][-1] == tree["leaf_id"]
-    nodes = {n["id"]: n for n in tree["nodes"]}
-    assert len(nodes[root]["children"]) == 2 and nodes[root]["label"] == "start"
-    assert [n["indent"] for n in tree["nodes"]][0] == 0
+    assert tree["next_cursor"] is None
+    rows = tree["nodes"]
+    assert [n["row"] for n in rows] == list(range(len(entries)))
+    on_path = [n["id"] for n in rows if n["on_active_path"]]
+    assert on_path[0] == root and on_path[-1] == tree["leaf_id"]
+    nodes = {n["id"]: n for n in rows}
+    assert nodes[root]["child_count"] == 2 and nodes[root]["label"] == "start"
+    assert (rows[0]["indent"], rows[0]["connector"]) == (0, "")
+    # The root forks: its two children hang from it with Pi's connectors, one indent in.
+    children = [n for n in rows if n["parent_id"] == root]
+    assert [n["connector"] for n in children] == ["├─", "└─"]
+    assert {n["indent"] for n in children} == {1}
+
+
+def test_tree_pages_with_a_cursor_and_refuses_a_forged_one(
+    as_alice: Api, alice_session: Session
+) -> None:
+    path = f"/sessions/{alice_session.id}/tree"
+    first = body_of(as_alice.get(path + "?limit=3"))
+    assert len(first["nodes"]) == 3 and first["next_cursor"]
+    rest = body_of(as_alice.get(path + f"?limit=3&cursor={first['next_cursor']}"))
+    assert [n["row"] for n in rest["nodes"]] == [3] and rest["next_cursor"] is None
+    for bad in ("nope", "W10", "WzEsbnVsbCwtMV0"):  # not base64 JSON, [], [1,null,-1]
+        refused = as_alice.get(path + f"?cursor={bad}")
+        assert refused.status_code == 422
+        assert body_of(refused)["error"] == "invalid"
+    too_many = as_alice.get(path + "?limit=2001")
+    assert too_many.status_code == 422 and body_of(too_many)["error"] == "validation_error"
 
 
 def test_leaf_moves_exactly_where_asked(as_alice: Api, alice_session: Session) -> None:

@@ -95,8 +95,9 @@ def test_import_of_a_pi_file_shows_its_tree(alice: User) -> None:
     html = client.get(page(session)).content.decode()
     assert html.count('class="node ') == Entry.objects.filter(session=session).count()
     assert "compacted" in html and "parser" in html  # markers and labels
-    # Connector prefixes keep their spaces (they carry the indentation).
-    assert re.search(r'<span class="prefix" aria-hidden="true"> +(├─|└─|│)', html)
+    # Indentation is a class per level and a connector mark, never a text prefix.
+    assert re.search(r'<li class="node d[1-9][0-9]? [^"]*"[^>]*><span class="conn', html)
+    assert 'class="prefix"' not in html
 
 
 def test_import_of_a_broken_file_says_why(alice: User) -> None:
@@ -114,7 +115,7 @@ def test_import_of_a_broken_file_says_why(alice: User) -> None:
 def test_chat_renders_markdown_and_the_tree_marks_the_current_leaf(talk: Session) -> None:
     html = client_for(talk.owner).get(page(talk)).content.decode()
     assert "<code>tests/</code>" in html
-    assert 'class="node t-message r-assistant on-path shown-leaf current' in html
+    assert 'class="node d0 t-message r-assistant on-path shown-leaf current' in html
     assert f'ws-connect="/ws/sessions/{talk.id}/?after_seq={talk.last_seq}"' in html
 
 
