@@ -1,31 +1,70 @@
 """The agent's tools: read_file, list_files, grep and write_file, inside the session's cwd.
 
-Every path is relative to the working directory. Absolute paths, `..` components and
-symlinks that resolve outside the directory are refused. A tool never raises into the loop:
-each failure is a `ToolOutcome` with `is_error` and an error code. `write_file` needs the
-user's approval. Tools run in a worker thread under a per-tool timeout; setting
-`STRAND_TOOL_DELAY_MS` makes every tool wait that long first (to see running tools in the
-UI, and for tests).
+Every path is relative to the working directory; absolute paths and `..` components are
+refused. A path is opened one component at a time, each from the descriptor of the directory
+before it and never following a symbolic link (`openat` with `O_NOFOLLOW`), so no link, even
+one swapped in while a tool runs, leads a tool out of the directory: a link is refused
+(`SYMLINK_REFUSED`), and the walks of `list_files` and `grep` pass over links.
+
+Only regular files are read or written. A file is opened non-blocking (opening a FIFO must not
+wait for a writer) and checked with `fstat` on the open descriptor; FIFOs, devices and sockets
+are refused, or skipped by the walks.
+
+Regular expressions run on RE2: matching is linear in the text, and RE2 releases the GIL while
+it matches, so no pattern can hold the process. A pattern RE2 cannot run (backreferences,
+lookaround) is refused with `INVALID_PATTERN`. Each tool's work is bounded: bytes read, files
+and entries visited, matches, output size and the length of a shown line.
+
+A tool never raises into the loop: each failure is a `ToolOutcome` with `is_error` and an error
+code. `write_file` needs the user's approval. Tools run in a worker thread under a per-tool
+timeout; the same deadline is checked inside the walks and between files, so a tool that is
+timed out also stops working. Setting `STRAND_TOOL_DELAY_MS` makes every tool wait that long
+first (to see running tools in the UI, and for tests).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+import stat
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
+
+import re2
 
 JSON = dict[str, Any]
 
 MAX_READ_BYTES = 256 * 1024
 MAX_LIST_ENTRIES = 500
-MAX_GREP_MATCHES = 200
-MAX_GREP_FILE_BYTES = 1024 * 1024
+MAX_WALK_ENTRIES = 10_000  # entries a walk looks at, in all its directories together
 MAX_WRITE_BYTES = 1024 * 1024
+MAX_PATTERN_CHARS = 1000
+# RE2's memory for one compiled pattern (program and DFA cache); past it RE2 refuses to
+# compile, or falls back from its DFA to its (still linear) NFA. The re2 module keeps up to 128
+# compiled patterns, so this also bounds that cache.
+PATTERN_MAX_MEM = 4 * 1024 * 1024
+MAX_GREP_MATCHES = 200
+MAX_GREP_FILE_BYTES = 1024 * 1024  # larger files are skipped (and counted)
+MAX_GREP_FILES = 5_000
+MAX_GREP_BYTES = 32 * 1024 * 1024  # read by one search, all files together
+MAX_GREP_OUTPUT_CHARS = 32 * 1024
+MAX_GREP_LINE_CHARS = 200
 SKIPPED_DIRS = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".strand"})
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_REWRITE_FLAGS = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 class ToolFailure(Exception):
@@ -62,10 +101,14 @@ class Tool:
 
 @dataclass(frozen=True, slots=True)
 class Workspace:
+    """The working directory as one tool run sees it, with the run's deadline
+    (`time.monotonic()`; tools call `check_time` as they go)."""
+
     root: Path
+    deadline: float = math.inf
 
     @classmethod
-    def at(cls, cwd: str) -> Workspace:
+    def at(cls, cwd: str, *, deadline: float = math.inf) -> Workspace:
         if not cwd:
             raise ToolFailure("NO_WORKSPACE", "this session has no working directory")
         root = Path(cwd)
@@ -73,13 +116,20 @@ class Workspace:
             root = Path.cwd() / root
         if not root.is_dir():
             raise ToolFailure("NO_WORKSPACE", f"the working directory {cwd} does not exist")
-        return cls(root.resolve())
+        return cls(root.resolve(), deadline)
 
-    def resolve(self, relative: Any, *, must_exist: bool = True) -> Path:
-        """The real path of `relative` inside the workspace, or a `ToolFailure`."""
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise ToolFailure("TOOL_TIMEOUT", "the tool ran out of time and was stopped")
+
+    def parts(self, relative: Any) -> tuple[str, ...]:
+        """The components of `relative` (empty for the directory itself), or a `ToolFailure`
+        for anything that is not a plain relative path."""
         if not isinstance(relative, str) or not relative.strip():
             raise ToolFailure("INVALID_ARGUMENTS", "path must be a non-empty string")
         text = relative.strip()
+        if "\x00" in text:
+            raise ToolFailure("INVALID_ARGUMENTS", "path must not contain a NUL character")
         if text.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", text):
             raise ToolFailure(
                 "OUTSIDE_WORKSPACE",
@@ -89,37 +139,187 @@ class Workspace:
         parts = re.split(r"[\\/]+", text)
         if ".." in parts:
             raise ToolFailure("OUTSIDE_WORKSPACE", f"{text}: '..' is refused in paths")
-        candidate = self.root.joinpath(*[p for p in parts if p not in ("", ".")])
-        real = Path(os.path.realpath(candidate))
-        if real != self.root and self.root not in real.parents:
-            raise ToolFailure(
-                "OUTSIDE_WORKSPACE", f"{text}: resolves outside the working directory"
-            )
-        if must_exist and not real.exists():
-            raise ToolFailure("NOT_FOUND", f"{text}: no such file or directory")
-        return real
+        return tuple(p for p in parts if p not in ("", "."))
 
-    def relative(self, path: Path) -> str:
-        rel = path.relative_to(self.root).as_posix()
-        return rel or "."
+    def open_dir(self, parts: Sequence[str], *, shown: str, create: bool = False) -> int:
+        """A descriptor of the directory `parts`, reached one component at a time without
+        following links; with `create`, missing directories are made on the way."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for index, name in enumerate(parts):
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise ToolFailure(
+                            "NOT_FOUND", f"{shown}: no such file or directory"
+                        ) from None
+                    # One made meanwhile is opened (and checked) below like any other.
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o755, dir_fd=fd)
+                    try:
+                        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    except OSError as exc:
+                        raise _opening_error(
+                            fd, name, parts[: index + 1], shown, exc, want_dir=True
+                        ) from None
+                except OSError as exc:
+                    raise _opening_error(
+                        fd, name, parts[: index + 1], shown, exc, want_dir=True
+                    ) from None
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
-    def inside(self, path: Path) -> bool:
-        real = Path(os.path.realpath(path))
-        return real == self.root or self.root in real.parents
+    def open_entry(self, parts: Sequence[str], *, shown: str) -> tuple[int, os.stat_result]:
+        """A read descriptor of the file or directory `parts` (not following links, not
+        waiting on a FIFO) and its `fstat`."""
+        if not parts:
+            fd = self.open_dir(parts, shown=shown)
+            return fd, os.fstat(fd)
+        parent = self.open_dir(parts[:-1], shown=shown)
+        try:
+            try:
+                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=parent)
+            except OSError as exc:
+                raise _opening_error(parent, parts[-1], parts, shown, exc, want_dir=False) from None
+        finally:
+            os.close(parent)
+        try:
+            return fd, os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+def _opening_error(
+    dir_fd: int, name: str, parts: Sequence[str], shown: str, exc: OSError, *, want_dir: bool
+) -> Exception:
+    """Why `name` (the last of `parts`) in `dir_fd` could not be opened: a `ToolFailure` when
+    the reason is the caller's (a link, a missing component, the wrong kind of file), else
+    `exc` itself."""
+    at = "/".join(parts)
+    where = shown if at == shown else f"{shown}: {at}"
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return ToolFailure("NOT_FOUND", f"{where}: no such file or directory")
+    except OSError:
+        return exc
+    kind = _kind(info.st_mode)
+    if stat.S_ISLNK(info.st_mode):
+        return ToolFailure(
+            "SYMLINK_REFUSED", f"{where}: is a symbolic link, and tools do not follow links"
+        )
+    if want_dir and not stat.S_ISDIR(info.st_mode):
+        return ToolFailure("NOT_A_DIRECTORY", f"{where}: {kind}, not a directory")
+    if not want_dir and not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+        return ToolFailure("NOT_A_FILE", f"{where}: {kind}, not a regular file")
+    return exc
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1024 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+@dataclass
+class _Walk:
+    """Directories and regular files under `top`, breadth first, each directory's entries
+    sorted by name. Hidden and tool directories are left out; links and special files are
+    passed over and counted in `skipped`; at most `MAX_WALK_ENTRIES` entries are looked at
+    (`truncated` tells). Each item is `(dir_fd, name, parts, is_dir)`; `dir_fd` is open only
+    until the next item is asked for."""
+
+    ws: Workspace
+    top: tuple[str, ...]
+    recursive: bool
+    skipped: int = 0
+    truncated: bool = False
+
+    def __iter__(self) -> Iterator[tuple[int, str, tuple[str, ...], bool]]:
+        pending: deque[tuple[str, ...]] = deque([self.top])
+        budget = MAX_WALK_ENTRIES
+        while pending:
+            parts = pending.popleft()
+            self.ws.check_time()
+            try:
+                fd = self.ws.open_dir(parts, shown="/".join(parts) or ".")
+            except (ToolFailure, OSError):
+                if parts == self.top:
+                    raise
+                continue  # replaced or removed since it was listed
+            try:
+                with os.scandir(fd) as scan:
+                    entries = sorted(islice(scan, budget + 1), key=lambda e: e.name)
+                for entry in entries:
+                    budget -= 1
+                    if budget < 0:
+                        self.truncated = True
+                        return
+                    name = entry.name
+                    if name in SKIPPED_DIRS:
+                        continue
+                    if entry.is_symlink():
+                        self.skipped += 1
+                    elif entry.is_dir(follow_symlinks=False):
+                        if name.startswith("."):
+                            continue
+                        yield fd, name, (*parts, name), True
+                        if self.recursive:
+                            pending.append((*parts, name))
+                    elif entry.is_file(follow_symlinks=False):
+                        yield fd, name, (*parts, name), False
+                    else:
+                        self.skipped += 1
+            finally:
+                os.close(fd)
+
+
+def _skipped_note(skipped: int) -> str:
+    return f"[{skipped} links and special files skipped]" if skipped else ""
 
 
 # --- the tools ---------------------------------------------------------------------------
 
 
 def _read_file(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
-    path = ws.resolve(args.get("path"))
-    if not path.is_file():
-        raise ToolFailure("NOT_A_FILE", f"{args.get('path')}: not a regular file")
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        data = handle.read(MAX_READ_BYTES + 1)
+    shown = str(args.get("path"))
+    parts = ws.parts(args.get("path"))
+    fd, info = ws.open_entry(parts, shown=shown)
+    try:
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolFailure("NOT_A_FILE", f"{shown}: {_kind(info.st_mode)}, not a regular file")
+        data = _read_at_most(fd, MAX_READ_BYTES + 1)
+    finally:
+        os.close(fd)
+    size = info.st_size
     if b"\x00" in data[:8192]:
-        raise ToolFailure("BINARY_FILE", f"{args.get('path')}: a binary file ({size} bytes)")
+        raise ToolFailure("BINARY_FILE", f"{shown}: a binary file ({size} bytes)")
     text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
     lines = text.splitlines(keepends=True)
     offset = int(args.get("offset") or 1)
@@ -133,56 +333,200 @@ def _read_file(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
         notes.append(f"[lines {offset}–{offset + len(chosen) - 1} of {len(lines)}]")
     if notes:
         body = body + ("\n" if body and not body.endswith("\n") else "") + "\n".join(notes)
-    return ToolOutcome(body, details={"path": ws.relative(path), "bytes": size})
+    return ToolOutcome(body, details={"path": "/".join(parts) or ".", "bytes": size})
 
 
 def _list_files(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
-    top = ws.resolve(args.get("path") or ".")
-    if not top.is_dir():
-        raise ToolFailure("NOT_A_DIRECTORY", f"{args.get('path')}: not a directory")
-    recursive = bool(args.get("recursive"))
+    shown = str(args.get("path") or ".")
+    top = ws.parts(shown)
+    walk = _Walk(ws, top, recursive=bool(args.get("recursive")))
     names: list[str] = []
     truncated = False
-    for path in _walk(ws, top, recursive=recursive, files_only=False):
+    for _, _, parts, is_dir in walk:
         if len(names) >= MAX_LIST_ENTRIES:
             truncated = True
             break
-        names.append(ws.relative(path) + ("/" if path.is_dir() else ""))
-    if top != ws.root:
-        prefix = ws.relative(top) + "/"
-        names = [n[len(prefix) :] if n.startswith(prefix) else n for n in names]
-    text = "\n".join(names) if names else "(empty directory)"
-    if truncated:
-        text += f"\n[truncated at {MAX_LIST_ENTRIES} entries]"
-    return ToolOutcome(text, details={"count": len(names)})
+        names.append("/".join(parts[len(top) :]) + ("/" if is_dir else ""))
+    lines = names or ["(empty directory)"]
+    if truncated or walk.truncated:
+        lines.append(f"[truncated at {len(names)} entries]")
+    if walk.skipped:
+        lines.append(_skipped_note(walk.skipped))
+    return ToolOutcome("\n".join(lines), details={"count": len(names)})
+
+
+def compile_pattern(pattern: str, *, regex: bool, ignore_case: bool) -> Any:
+    """The RE2 pattern of a grep: literal text, or a regular expression in RE2 syntax, where
+    `^`/`$` match at line ends and nothing matches a line break (matches stay in one line)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ToolFailure(
+            "INVALID_PATTERN",
+            f"the pattern has {len(pattern)} characters; the limit is {MAX_PATTERN_CHARS}",
+        )
+    options = re2.Options()
+    options.max_mem = PATTERN_MAX_MEM
+    options.log_errors = False
+    options.never_nl = True
+    options.never_capture = True  # only the match's span is needed: RE2's DFA finds it
+    options.case_sensitive = not ignore_case
+    options.literal = not regex
+    try:
+        return re2.compile(f"(?m){pattern}" if regex else pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", errors="replace")
+        raise ToolFailure(
+            "INVALID_PATTERN",
+            f"cannot use the regular expression {pattern!r}: {reason}. Patterns run on RE2 "
+            "(linear time): backreferences (\\1) and lookaround ((?=, (?!, (?<=, (?<!) are "
+            "not supported; use \\z for the end of the text.",
+        ) from None
+
+
+def _matching_lines(rx: Any, data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """`(line number, line start, line end, match start)` of each line of `data` with a match;
+    one RE2 search per matching line (plus one), counting line breaks as it goes."""
+    pos = 0
+    number = 1
+    counted = 0
+    size = len(data)
+    while pos <= size:
+        found = rx.search(data, pos)
+        if found is None:
+            return
+        at = found.start()
+        if at == size and (size == 0 or data.endswith(b"\n")):
+            return  # the empty "line" after the last line break is no line
+        line_start = data.rfind(b"\n", pos, at) + 1 or pos
+        number += data.count(b"\n", counted, line_start)
+        counted = line_start
+        line_end = data.find(b"\n", at)
+        if line_end < 0:
+            line_end = size
+        yield number, line_start, line_end, at
+        pos = line_end + 1
+
+
+def _shown_line(data: bytes, start: int, end: int, at: int) -> str:
+    """The matching line, stripped, at most `MAX_GREP_LINE_CHARS` characters; a longer line
+    is cut around the match (… marks a cut)."""
+    width = MAX_GREP_LINE_CHARS
+    lead = start if end - start <= width else max(start, at - width // 4)
+    stop = min(end, lead + width * 4)
+    piece = data[lead:stop].decode("utf-8", errors="replace").strip()
+    text = piece[:width]
+    if lead > start:
+        text = "…" + text
+    if len(piece) > width or stop < end:
+        text += "…"
+    return text
+
+
+@dataclass
+class _Search:
+    """What one grep has used of its bounds, and why it stopped early (if it did)."""
+
+    files: int = 0
+    bytes: int = 0
+    large: int = 0
+    output: int = 0
+    lines: list[str] = field(default_factory=list)
+    stopped: str = ""
+
+    def add(self, line: str) -> bool:
+        """Keep a match line; False once a bound is reached."""
+        if len(self.lines) >= MAX_GREP_MATCHES:
+            self.stopped = f"[stopped at {MAX_GREP_MATCHES} matches]"
+            return False
+        if self.output + len(line) + 1 > MAX_GREP_OUTPUT_CHARS:
+            self.stopped = f"[stopped at {MAX_GREP_OUTPUT_CHARS} characters of output]"
+            return False
+        self.lines.append(line)
+        self.output += len(line) + 1
+        return True
+
+    def search_file(self, ws: Workspace, rx: Any, fd: int, info: os.stat_result, rel: str) -> bool:
+        """Search one open file; False once a bound is reached."""
+        if not stat.S_ISREG(info.st_mode):
+            return True
+        if info.st_size > MAX_GREP_FILE_BYTES:
+            self.large += 1
+            return True
+        if self.files >= MAX_GREP_FILES:
+            self.stopped = f"[stopped after {MAX_GREP_FILES} files]"
+            return False
+        if self.bytes + info.st_size > MAX_GREP_BYTES:
+            self.stopped = f"[stopped at the limit of {MAX_GREP_BYTES} bytes read]"
+            return False
+        ws.check_time()
+        data = _read_at_most(fd, MAX_GREP_FILE_BYTES + 1)
+        self.files += 1
+        self.bytes += len(data)
+        if len(data) > MAX_GREP_FILE_BYTES:
+            self.large += 1  # grew since its fstat
+            return True
+        if b"\x00" in data[:8192]:
+            return True
+        for number, start, end, at in _matching_lines(rx, data):
+            if not self.add(f"{rel}:{number}: {_shown_line(data, start, end, at)}"):
+                return False
+            ws.check_time()
+        return True
 
 
 def _grep(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
     pattern = args.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise ToolFailure("INVALID_ARGUMENTS", "pattern must be a non-empty string")
-    flags = re.IGNORECASE if args.get("ignore_case") else 0
+    rx = compile_pattern(
+        pattern, regex=bool(args.get("regex")), ignore_case=bool(args.get("ignore_case"))
+    )
+    shown = str(args.get("path") or ".")
+    top = ws.parts(shown)
+    search = _Search()
+    skipped = 0
+    fd, info = ws.open_entry(top, shown=shown)
     try:
-        regex = re.compile(pattern if args.get("regex") else re.escape(pattern), flags)
-    except re.error as exc:
-        raise ToolFailure("INVALID_ARGUMENTS", f"invalid regular expression: {exc}") from None
-    top = ws.resolve(args.get("path") or ".")
-    files = [top] if top.is_file() else _walk(ws, top, recursive=True, files_only=True)
-    matches: list[str] = []
-    for path in files:
-        if path.stat().st_size > MAX_GREP_FILE_BYTES:
-            continue
-        data = path.read_bytes()
-        if b"\x00" in data[:8192]:
-            continue
-        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-            if regex.search(line):
-                matches.append(f"{ws.relative(path)}:{number}: {line.strip()[:200]}")
-                if len(matches) >= MAX_GREP_MATCHES:
-                    matches.append(f"[stopped at {MAX_GREP_MATCHES} matches]")
-                    return ToolOutcome("\n".join(matches), details={"matches": len(matches) - 1})
-    text = "\n".join(matches) if matches else f"no match for {pattern!r}"
-    return ToolOutcome(text, details={"matches": len(matches)})
+        if stat.S_ISDIR(info.st_mode):
+            pass
+        elif stat.S_ISREG(info.st_mode):
+            search.search_file(ws, rx, fd, info, "/".join(top))
+        else:
+            raise ToolFailure("NOT_A_FILE", f"{shown}: {_kind(info.st_mode)}, not a regular file")
+    finally:
+        os.close(fd)
+    if stat.S_ISDIR(info.st_mode):
+        walk = _Walk(ws, top, recursive=True)
+        for dir_fd, name, parts, is_dir in walk:
+            if is_dir:
+                continue
+            try:
+                file_fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                walk.skipped += 1  # became a link, or went away, since it was listed
+                continue
+            try:
+                file_info = os.fstat(file_fd)
+                if not stat.S_ISREG(file_info.st_mode):
+                    walk.skipped += 1
+                    continue
+                if not search.search_file(ws, rx, file_fd, file_info, "/".join(parts)):
+                    break
+            finally:
+                os.close(file_fd)
+        skipped = walk.skipped
+        if walk.truncated and not search.stopped:
+            search.stopped = f"[stopped after looking at {MAX_WALK_ENTRIES} entries]"
+    lines = list(search.lines) or [f"no match for {pattern!r}"]
+    notes = [search.stopped, _skipped_note(skipped)]
+    if search.large:
+        notes.append(f"[{search.large} files larger than {MAX_GREP_FILE_BYTES} bytes skipped]")
+    lines += [note for note in notes if note]
+    return ToolOutcome(
+        "\n".join(lines),
+        details={"matches": len(search.lines), "files": search.files, "bytes": search.bytes},
+    )
 
 
 def _write_file(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
@@ -194,50 +538,42 @@ def _write_file(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
         raise ToolFailure(
             "TOO_LARGE", f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}"
         )
-    path = ws.resolve(args.get("path"), must_exist=False)
-    if path.is_dir():
-        raise ToolFailure("NOT_A_FILE", f"{args.get('path')}: is a directory")
-    existed = path.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not ws.inside(path.parent):  # a symlinked directory created in between
-        raise ToolFailure(
-            "OUTSIDE_WORKSPACE", f"{args.get('path')}: resolves outside the working directory"
-        )
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    verb = "Overwrote" if existed else "Created"
-    return ToolOutcome(
-        f"{verb} {ws.relative(path)} ({len(data)} bytes)",
-        details={"path": ws.relative(path), "bytes": len(data), "created": not existed},
-    )
-
-
-def _walk(ws: Workspace, top: Path, *, recursive: bool, files_only: bool) -> list[Path]:
-    """Entries under `top`, sorted, skipping hidden and tool directories and any symlink
-    that leads outside the workspace (symlinked directories are not descended into)."""
-    found: list[Path] = []
-    pending = [top]
-    while pending:
-        current = pending.pop(0)
+    shown = str(args.get("path"))
+    parts = ws.parts(args.get("path"))
+    if not parts:
+        raise ToolFailure("NOT_A_FILE", f"{shown}: is the working directory itself")
+    parent = ws.open_dir(parts[:-1], shown=shown, create=True)
+    try:
+        created = True
         try:
-            children = sorted(current.iterdir(), key=lambda p: p.name)
-        except OSError:
-            continue
-        for child in children:
-            if child.name in SKIPPED_DIRS or (child.name.startswith(".") and child.is_dir()):
-                continue
-            if child.is_symlink() and (files_only or not ws.inside(child)):
-                continue  # a search reads each file once, under its own name
-            is_dir = child.is_dir()
-            if not (files_only and is_dir):
-                found.append(child)
-            if is_dir and recursive and not child.is_symlink():
-                pending.append(child)
-            if len(found) > MAX_LIST_ENTRIES * 20:
-                return found
-    return found
+            fd = os.open(parts[-1], _CREATE_FLAGS, 0o644, dir_fd=parent)
+        except FileExistsError:
+            created = False
+            try:
+                fd = os.open(parts[-1], _REWRITE_FLAGS, dir_fd=parent)
+            except IsADirectoryError:
+                raise ToolFailure("NOT_A_FILE", f"{shown}: is a directory") from None
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+                    raise ToolFailure(
+                        "NOT_A_FILE", f"{shown}: a FIFO, not a regular file"
+                    ) from None
+                raise _opening_error(parent, parts[-1], parts, shown, exc, want_dir=False) from None
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "wb") as handle:
+        if not created:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise ToolFailure("NOT_A_FILE", f"{shown}: {_kind(mode)}, not a regular file")
+            os.ftruncate(fd, 0)
+        handle.write(data)
+    rel = "/".join(parts)
+    verb = "Created" if created else "Overwrote"
+    return ToolOutcome(
+        f"{verb} {rel} ({len(data)} bytes)",
+        details={"path": rel, "bytes": len(data), "created": created},
+    )
 
 
 def _string(description: str) -> JSON:
@@ -274,8 +610,9 @@ LIST_FILES = Tool(
 )
 GREP = Tool(
     "grep",
-    "Search the text files of the working directory for a string (or a regular expression "
-    "with regex=true); prints path:line: text for each match.",
+    "Search the text files of the working directory for a string (or, with regex=true, a "
+    "regular expression in RE2 syntax: no backreferences or lookaround); prints "
+    "path:line: text for each matching line.",
     {
         "type": "object",
         "properties": {
@@ -369,11 +706,12 @@ class Toolbox:
         if tool is None:
             return ToolOutcome(f"there is no tool named {name!r}", True, "UNKNOWN_TOOL")
         delay = float(os.environ.get("STRAND_TOOL_DELAY_MS") or 0) / 1000
+        deadline = time.monotonic() + self.timeout_s
         try:
             async with asyncio.timeout(self.timeout_s):
                 if delay > 0:
                     await asyncio.sleep(delay)
-                return await asyncio.to_thread(_run_sync, tool, self.cwd, args)
+                return await asyncio.to_thread(_run_sync, tool, self.cwd, args, deadline)
         except TimeoutError:
             return ToolOutcome(
                 f"{name} did not finish within {self.timeout_s:g} s and was stopped",
@@ -382,9 +720,11 @@ class Toolbox:
             )
 
 
-def _run_sync(tool: Tool, cwd: str, args: Mapping[str, Any]) -> ToolOutcome:
+def _run_sync(tool: Tool, cwd: str, args: Mapping[str, Any], deadline: float) -> ToolOutcome:
+    # The awaiting side gives up at the deadline; the deadline in the workspace makes the
+    # thread itself stop soon after, instead of working on unseen.
     try:
-        return tool.run(Workspace.at(cwd), args)
+        return tool.run(Workspace.at(cwd, deadline=deadline), args)
     except ToolFailure as exc:
         return ToolOutcome(str(exc), True, exc.code)
     except OSError as exc:
