@@ -10,6 +10,8 @@ Grammar, read from the last user message (case-insensitive, keywords as whole wo
     read PATH             read_file   {"path": PATH}
     list files [in DIR]   list_files  {"path": DIR, default "."}
     search for TEXT       grep        {"pattern": TEXT}; TEXT is "quoted", 'quoted' or one word
+    search for regex RE   grep        {"pattern": RE, "regex": true}; RE as TEXT (one word
+                          keeps its trailing punctuation)
     write PATH: TEXT      write_file  {"path": PATH, "content": TEXT}; TEXT runs to the end of
                           the line, and a literal \\n in it writes a line break
 
@@ -57,7 +59,8 @@ _REQUEST = re.compile(
     r"(?P<write>\bwrite\s+(?P<wpath>[^\s:]+)\s*:\s?(?P<wtext>[^\n]*))"
     r"|(?P<read>\bread\s+(?P<rpath>[^\s]+))"
     r"|(?P<list>\blist\s+files\b(?:\s+in\s+(?P<ldir>[^\s]+))?)"
-    r"|(?P<search>\bsearch\s+for\s+(?:\"(?P<sq>[^\"]+)\"|'(?P<ssq>[^']+)'|(?P<sw>[^\s]+)))",
+    r"|(?P<search>\bsearch\s+for\s+(?P<sregex>regex\s+(?=\S))?"
+    r"(?:\"(?P<sq>[^\"]+)\"|'(?P<ssq>[^']+)'|(?P<sw>[^\s]+)))",
     re.IGNORECASE,
 )
 
@@ -81,6 +84,9 @@ def parse_requests(text: str) -> list[Request]:
             requests.append(Request("read_file", {"path": _word(match["rpath"])}))
         elif match["list"]:
             requests.append(Request("list_files", {"path": _word(match["ldir"] or "") or "."}))
+        elif match["sregex"]:
+            pattern = match["sq"] or match["ssq"] or match["sw"] or ""
+            requests.append(Request("grep", {"pattern": pattern, "regex": True}))
         else:
             pattern = match["sq"] or match["ssq"] or _word(match["sw"] or "")
             requests.append(Request("grep", {"pattern": pattern}))

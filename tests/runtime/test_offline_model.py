@@ -21,6 +21,9 @@ from runtime.providers.base import Assembler, ProviderError
         ("list files in src, thanks", [("list_files", {"path": "src"})]),
         ("search for TODO", [("grep", {"pattern": "TODO"})]),
         ('search for "two words"', [("grep", {"pattern": "two words"})]),
+        ("search for regex '(a+)+$'", [("grep", {"pattern": "(a+)+$", "regex": True})]),
+        ("Search for REGEX colou?r", [("grep", {"pattern": "colou?r", "regex": True})]),
+        ("search for regex", [("grep", {"pattern": "regex"})]),
         (
             "write a/b.txt: hello\\nworld",
             [("write_file", {"path": "a/b.txt", "content": "hello\nworld"})],
