@@ -18,6 +18,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
+from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 from pygments import highlight as pygments_highlight
@@ -44,8 +45,8 @@ _ATTRIBUTES = {
     "span": {"class"},
     "div": {"class"},
     "ol": {"start"},
-    "th": {"style"},
-    "td": {"style"},
+    "th": {"class"},
+    "td": {"class"},
 }
 _CLEAN_CONTENT = {"script", "style", "template", "iframe", "object", "embed", "svg", "math"}
 
@@ -53,11 +54,6 @@ _CLEAN_CONTENT = {"script", "style", "template", "iframe", "object", "embed", "s
 def _safe_attribute(tag: str, name: str, value: str) -> str | None:
     if name == "href":
         return value if value.strip().lower().startswith(LINK_SCHEMES) else None
-    if name == "style":
-        # markdown-it aligns table cells with text-align and nothing else.
-        return (
-            value if value in ("text-align:left", "text-align:center", "text-align:right") else None
-        )
     if name == "class":
         # Pygments' short token classes and our own language-* marker only.
         parts = [c for c in value.split() if c.replace("-", "").replace("_", "").isalnum()]
@@ -111,7 +107,17 @@ def _markdown() -> MarkdownIt:
     )
     md.enable(["table", "strikethrough"])
     md.add_render_rule("image", _image_as_link)
+    md.core.ruler.push("align_cells_by_class", _align_cells_by_class)
     return md
+
+
+def _align_cells_by_class(state: StateCore) -> None:
+    # markdown-it aligns table cells with a style attribute, which the pages'
+    # Content-Security-Policy refuses; a class (align-left/center/right) does the same.
+    for token in state.tokens:
+        if token.type in ("th_open", "td_open") and token.attrs.get("style"):
+            style = str(token.attrs.pop("style"))
+            token.attrSet("class", "align-" + style.removeprefix("text-align:"))
 
 
 def render_markdown(text: Any) -> SafeString:

@@ -221,6 +221,15 @@
     if (stick) window.scrollTo(0, document.documentElement.scrollHeight);
   }
 
+  // A sent message leaves the composer (a form marked data-clear-on-send), once the server
+  // has taken it; a refused one stays, to be corrected.
+  body.addEventListener("htmx:afterRequest", function (evt) {
+    var form = evt.detail.elt;
+    if (!evt.detail.successful || !form || !form.matches || !form.matches("form[data-clear-on-send]")) return;
+    var field = form.querySelector("textarea");
+    if (field) field.value = "";
+  });
+
   body.addEventListener("htmx:afterSettle", function (evt) {
     drawInflight();
     applyFolds();
