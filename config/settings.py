@@ -27,14 +27,43 @@ def _secret_key() -> str:
     if key := os.environ.get("SECRET_KEY"):
         return key
     # A local, generated key that survives restarts (sign-in cookies stay valid).
-    path = STATE_DIR / "secret_key"
+    return _local_secret_key(STATE_DIR / "secret_key")
+
+
+def _local_secret_key(path: Path) -> str:
+    """The key kept in `path`, generated on first use; only its owner can ever read it.
+
+    The key is written to a new file created with mode 0600 (O_EXCL: never an existing
+    file, never a moment with wider permissions) and then linked to `path`. A link fails if
+    `path` exists, so when several processes start at once exactly one key wins, and no
+    process reads a half-written file.
+    """
     if not path.exists():
+        import contextlib
         import secrets
 
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(50))
+                out.flush()
+                os.fsync(out.fileno())
+            # If another process started at the same moment and linked first, its key is the key.
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, path)
+        finally:
+            draft.unlink(missing_ok=True)
+    # Earlier versions wrote the file first and narrowed it after: narrow any such file.
+    if path.stat().st_mode & 0o077:
         path.chmod(0o600)
-    return path.read_text().strip()
+    key = path.read_text().strip()
+    if not key:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{path} is empty; delete it and a new key is generated")
+    return key
 
 
 def _database_from_url(url: str) -> dict[str, object]:
@@ -94,6 +123,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -156,6 +186,68 @@ LOGGING = {
         "django.request": {"handlers": ["stderr"], "level": "ERROR"},
         "strand": {"handlers": ["stderr"], "level": os.environ.get("STRAND_LOG_LEVEL", "INFO")},
     },
+}
+
+# --- Deployment: HTTPS and the Content-Security-Policy ------------------------------------
+#
+# `make run` serves plain HTTP on 127.0.0.1, so the HTTPS settings default off. STRAND_HTTPS=1
+# (the site is reached over HTTPS, directly or through a proxy that ends TLS) turns them all
+# on; each can still be set on its own, by Django's name. With the variables the README
+# lists, `manage.py check --deploy` reports no issue (tests/security/test_deployment.py).
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto,https` (or Django's `HTTP_X_FORWARDED_PROTO,https`): the header a
+    proxy that ends TLS sets, and its value for HTTPS requests."""
+    if not value.strip():
+        return None
+    header, comma, expected = (part.strip() for part in value.partition(","))
+    if not comma or not header or not expected:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER must be HEADER,VALUE like X-Forwarded-Proto,https; got {value!r}"
+        )
+    meta = header.upper().replace("-", "_")
+    return (meta if meta.startswith("HTTP_") else f"HTTP_{meta}"), expected
+
+
+STRAND_HTTPS = _env_bool("STRAND_HTTPS", False)
+SESSION_COOKIE_SECURE = _env_bool("SESSION_COOKIE_SECURE", STRAND_HTTPS)
+CSRF_COOKIE_SECURE = _env_bool("CSRF_COOKIE_SECURE", STRAND_HTTPS)
+SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", STRAND_HTTPS)
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("SECURE_HSTS_SECONDS", str(365 * 24 * 3600) if STRAND_HTTPS else "0")
+)
+# A header sent by strand.example.com binds only that host and the hosts under it.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", STRAND_HTTPS)
+SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", STRAND_HTTPS)
+# Trusted only when set: a client that reaches daphne directly could send the header itself.
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
+# Origins (https://strand.example.com) allowed to post forms when the proxy rewrites Host.
+CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
+
+# Scripts and styles come only from Strand's own static files: no inline script, no eval,
+# no style attributes (data reaches scripts as data-* attributes). Images may be data: URIs
+# (attachments in a conversation are embedded that way). 'self' in connect-src also allows
+# ws:/wss: to the page's own host (CSP Level 3), which the live feed uses. The HTML export
+# answers with its own policy (sessions_app/views.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
 }
 
 # --- Strand ------------------------------------------------------------------------------

@@ -418,6 +418,17 @@ def session_fork(request: HttpRequest, session_id: Any) -> HttpResponseBase:
 # --- exports -----------------------------------------------------------------------------
 
 
+# The export is a file to open offline, with its own inline script and styles, and it is
+# served as a download. Should a browser render it from this URL all the same, it runs
+# sandboxed: an opaque origin that cannot read Strand's cookies or pages, and no network.
+# (The pages' own policy, which allows no inline script, is in settings.)
+EXPORT_CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'; "
+    "sandbox allow-scripts allow-downloads"
+)
+
+
 @login_required
 @require_GET
 def session_export_html(request: HttpRequest, session_id: Any) -> HttpResponse:
@@ -426,6 +437,7 @@ def session_export_html(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id)
     response = HttpResponse(html_export.export_html(session), content_type="text/html")
     response["Content-Disposition"] = f'attachment; filename="{_filename(session)}.html"'
+    response["Content-Security-Policy"] = EXPORT_CONTENT_SECURITY_POLICY
     return response
 
 
