@@ -34,7 +34,8 @@ VIEWERS = 200
 
 class Daphne:
     def __init__(self, port: int = PORT, database_url: str | None = None) -> None:
-        env = {"STRAND_RECOVER_AT_START": "0"}
+        # The load test's writers append far faster than one user may: no limits here.
+        env = {"STRAND_RECOVER_AT_START": "0", "STRAND_RATE_LIMITS": '{"append": [0, 60]}'}
         if database_url:
             env["DATABASE_URL"] = database_url
         self.process = daphne.start(port, env)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -263,6 +264,29 @@ STRAND_RATE_LIMITS = {
     scope: tuple(limit)
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
 }
+
+# --- Limits: rate-limited pages and sign-in throttling ---------------------------------------
+# A page refused by a rate limit answers 429 (sessions_app.limit_responses). Sign-in is
+# throttled by django-axes: STRAND_SIGNIN_FAILURES failed sign-ins (5) for one user name from
+# one address pause that pair for STRAND_SIGNIN_COOLOFF_MINUTES (15), restarted by each
+# failure meanwhile; other addresses can still sign in as that user, so a stranger cannot
+# lock someone out. The address is the connection's (REMOTE_ADDR: behind a proxy, the proxy's,
+# and the pause then holds for the user name alone). A success clears the count.
+INSTALLED_APPS += ["axes"]
+MIDDLEWARE += [
+    "sessions_app.limit_responses.RateLimitedPages",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
+]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("STRAND_SIGNIN_FAILURES", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("STRAND_SIGNIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "sessions_app.limit_responses.signin_paused"
+
 # Folders under which sessions may have their working directory (where the agent's tools
 # read and write), separated by os.pathsep. A new session gets its owner's own folder under
 # the first one.

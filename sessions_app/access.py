@@ -9,6 +9,7 @@ and exports all call these functions.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +103,24 @@ _CLIENT_EVENT_TYPES = frozenset(
 )
 
 
-def check_client_event(event_type: str) -> None:
-    if event_type in _CLIENT_EVENT_TYPES or event_type.startswith("entry/"):
-        return
-    raise NotAllowed(
-        f"events of type {event_type!r} are written by the runtime, not through the API"
-    )
+# Fields of an event's data that number it into a turn and a step (the store reads them
+# into the event's `turn` and `step`). Only the runtime numbers turns, so a client event
+# that names one is refused rather than stripped: the client learns that its event would
+# not mean what it said, and the trace never shows a turn the runtime did not run.
+_RUNTIME_FIELDS = ("turn", "step")
+
+
+def check_client_event(event_type: str, data: Mapping[str, Any] | None = None) -> None:
+    if not (event_type in _CLIENT_EVENT_TYPES or event_type.startswith("entry/")):
+        raise NotAllowed(
+            f"events of type {event_type!r} are written by the runtime, not through the API"
+        )
+    named = [key for key in _RUNTIME_FIELDS if data and key in data]
+    if named:
+        raise NotAllowed(
+            f"an event appended through the API cannot set {' or '.join(named)}: "
+            "turns and steps are numbered by the runtime"
+        )
 
 
 def workspace_roots() -> list[Path]:

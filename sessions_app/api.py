@@ -17,8 +17,11 @@ conflict, 413 too large, 422 invalid values, 429 rate limited.
 Limits. A JSON body is at most `DATA_UPLOAD_MAX_MEMORY_SIZE` (Django's, 2.5 MB by default),
 text fields have lengths set in `schemas.py`, an event at most `STRAND_MAX_EVENT_BYTES`, a
 batch at most `STRAND_MAX_BATCH` events, a Pi upload at most `STRAND_MAX_IMPORT_BYTES`.
-Sending (message, steer, follow-up) and importing are rate limited per user
-(`sessions_app.ratelimit`).
+Every costly door is rate limited per user (`sessions_app.ratelimit`, scopes in brackets):
+sending a message, steering or following up [message], importing [import], appending events
+[append], creating [session] and forking [fork] sessions, navigating with a summary
+[summary], compacting [compact], filtering the list by `q` [search] and making tokens
+[token]. The hit is counted before any work, so a refused request (429) changes nothing.
 """
 
 from __future__ import annotations
@@ -358,6 +361,7 @@ def token_create(request: HttpRequest, body: TokenIn) -> Any:
     more tokens, so revoking a leaked token is enough to lock its holder out."""
     if getattr(request, "strand_auth", None) != "session":
         raise access.ReadOnly("tokens are made from a signed-in browser session")
+    ratelimit.rate_hit(_user(request), "token")
     row, plaintext = tokens.token_create(_user(request), body.name)
     return Status(201, {**TokenOut.model_validate(row).model_dump(), "token": plaintext})
 
@@ -412,6 +416,7 @@ def session_list(request: HttpRequest, filters: Query[SessionFilterIn]) -> Any:
     """Sessions you may see, newest first: yours, or every session for staff."""
     sessions = access.visible_sessions(_user(request))
     if filters.q:
+        ratelimit.rate_hit(_user(request), "search")
         sessions = sessions.filter(title__icontains=filters.q)
     if filters.owner:
         sessions = sessions.filter(owner__username=filters.owner)
@@ -429,6 +434,7 @@ def session_list(request: HttpRequest, filters: Query[SessionFilterIn]) -> Any:
 @router.post("/sessions", response={201: SessionOut, ERRORS: ErrorOut})
 def session_create(request: HttpRequest, body: SessionIn) -> Any:
     user = access.signed_in(_user(request))
+    ratelimit.rate_hit(user, "session")
     session = services.session_create(
         owner=user,
         title=body.title,
@@ -529,6 +535,7 @@ def session_fork(request: HttpRequest, session_id: uuid.UUID, body: ForkIn) -> A
     """A new session of yours holding the root → `entry_id` path of this one."""
     user = _user(request)
     session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "fork")
     fork = services.session_fork(
         session=session, entry_id=body.entry_id, owner=user, title=body.title
     )
@@ -558,8 +565,9 @@ def event_append(request: HttpRequest, session_id: uuid.UUID, body: EventsAppend
     """Append after `expected_seq`; 409 with `current_seq` when the session moved on.
     Clients may append entries, leaf moves and renames; the runtime writes the rest."""
     session = access.session_for(_user(request), session_id, write=True)
+    ratelimit.rate_hit(_user(request), "append")
     for event in body.events:
-        access.check_client_event(event.type)
+        access.check_client_event(event.type, event.data)
     result = store.append_events(
         session.id,
         body.expected_seq,
@@ -686,6 +694,8 @@ async def navigate(request: HttpRequest, session_id: uuid.UUID, body: NavigateIn
     parent and returns its text for editing; `summarize` leaves a summary of the branch.
     (Async: a summary waits for the model, and no server thread should wait with it.)"""
     session = await sync_to_async(access.session_for)(_user(request), session_id, write=True)
+    if body.summarize:
+        await sync_to_async(ratelimit.rate_hit)(_user(request), "summary")
     return await agent.aagent_navigate(
         session, body.entry_id, summarize=body.summarize, instructions=body.instructions
     )
@@ -811,6 +821,7 @@ def approval_decide(
 async def compact(request: HttpRequest, session_id: uuid.UUID, body: CompactIn) -> Any:
     """Compact the current path now. (Async: the summary waits for the model.)"""
     session = await sync_to_async(access.session_for)(_user(request), session_id, write=True)
+    await sync_to_async(ratelimit.rate_hit)(_user(request), "compact")
     return plain(await agent.aagent_compact(session, instructions=body.instructions))
 
 

@@ -8,6 +8,9 @@ with `RateLimited`, which the API answers with 429 and `Retry-After`.
 
 Limits come from `settings.STRAND_RATE_LIMITS`, a mapping of scope to `(requests, seconds)`;
 scopes not named there use `DEFAULT_LIMITS`. A limit of 0 requests turns the scope off.
+Every costly door counts one hit before it does any work, so a refused request writes
+nothing but its own counter: the API answers 429 with `Retry-After` and the JSON error,
+the pages a 429 page or flash message (`sessions_app.limit_responses`).
 
 Rows of past windows are deleted when the user's next window opens, so the table holds
 about one row per active user and scope.
@@ -29,10 +32,40 @@ from sessions_app.store import StoreError
 
 # scope → (requests allowed per window, window length in seconds)
 DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
-    # Sending a message, steering and following up.
+    # Sending a message, steering, following up and resending (each starts model calls).
     "message": (30, 60),
     # Importing Pi files.
     "import": (20, 3600),
+    # Appending events through the API (a batch of up to STRAND_MAX_BATCH is one hit):
+    # two a second, enough for a program recording its own agent's conversation.
+    "append": (120, 60),
+    # Creating an empty session (API and page).
+    "session": (60, 3600),
+    # Forking: a fork copies the whole path to its entry.
+    "fork": (60, 3600),
+    # Navigating with a summary of the branch left: one model call over that branch.
+    "summary": (30, 600),
+    # Compacting by hand: one model call over the path.
+    "compact": (30, 600),
+    # Searching the session list: the page's full-text search reads every message of the
+    # user's sessions; the API's title filter counts too. Typing in the search box sends
+    # one search per pause.
+    "search": (60, 60),
+    # Making API tokens.
+    "token": (10, 3600),
+}
+
+# How the pages name each scope when they refuse a request ("Too many …").
+SCOPE_NAMES: Mapping[str, str] = {
+    "message": "messages",
+    "import": "imports",
+    "append": "appends",
+    "session": "new sessions",
+    "fork": "forks",
+    "summary": "branch summaries",
+    "compact": "compactions",
+    "search": "searches",
+    "token": "new tokens",
 }
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -45,7 +78,27 @@ class RateLimited(StoreError):
         super().__init__(
             f"rate limit for {scope}: at most {limit} per {window} s; try again in {retry_after} s"
         )
+        self.scope = scope
+        self.limit = limit
+        self.window = window
         self.retry_after = retry_after
+
+    def readable(self) -> str:
+        """The refusal in words for a page: what, how many, and when to try again."""
+        what = SCOPE_NAMES.get(self.scope, self.scope)
+        return (
+            f"Too many {what}: at most {self.limit} per {duration_words(self.window)}. "
+            f"Try again in {duration_words(self.retry_after)}."
+        )
+
+
+def duration_words(seconds: int) -> str:
+    """`3600` → "hour", `600` → "10 minutes", `130` → "3 minutes", `40` → "40 seconds"."""
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if seconds % size == 0 or (unit == "minute" and seconds >= 120):
+            n = math.ceil(seconds / size)
+            return unit if n == 1 else f"{n} {unit}s"
+    return "second" if seconds == 1 else f"{seconds} seconds"
 
 
 def limit_for(scope: str) -> tuple[int, int]:

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from django.conf import settings
 from ninja import Field, Schema
+from ninja.schema import DjangoGetter
+from pydantic import model_validator
 
 from projections.trace import DEFAULT_PAGE_TURNS
 
@@ -203,6 +205,17 @@ class EventIn(Schema):
     type: str = Field(..., min_length=1, max_length=EVENT_TYPE_MAX)
     data: dict[str, Any] = Field(default_factory=dict)
     ignorable: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_turn_or_step(cls, value: Any) -> Any:
+        # Refused, not dropped: the runtime alone numbers turns and steps (the same rule
+        # as for the data's own fields, `access.check_client_event`). Ninja hands the
+        # request's object over wrapped.
+        raw = value._obj if isinstance(value, DjangoGetter) else value
+        if isinstance(raw, Mapping) and ("turn" in raw or "step" in raw):
+            raise ValueError("an appended event cannot set turn or step")
+        return value
 
 
 class EventsAppendIn(Schema):

@@ -186,6 +186,8 @@ def _return_query(request: HttpRequest) -> PageQuery:
 def home(request: HttpRequest) -> HttpResponse:
     search = SearchForm(request.GET)
     q = search.cleaned_data["q"] if search.is_valid() else ""
+    if q:
+        ratelimit.rate_hit(request.user, "search")
     context = {
         "rows": session_rows(request.user, query=q),
         "q": q,
@@ -200,6 +202,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def session_new(request: HttpRequest) -> HttpResponseBase:
+    ratelimit.rate_hit(request.user, "session")
     form = SessionNewForm(request.POST, user=request.user)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
@@ -221,8 +224,8 @@ def session_import(request: HttpRequest) -> HttpResponseBase:
         messages.error(request, _form_errors(form))
         return HttpResponseRedirect(reverse("home"))
     upload = form.cleaned_data["file"]
+    ratelimit.rate_hit(request.user, "import")
     try:
-        ratelimit.rate_hit(request.user, "import")
         result = pi_io.pi_import(
             source=upload.file,
             owner=request.user,  # type: ignore[arg-type]
@@ -397,6 +400,7 @@ def session_label(request: HttpRequest, session_id: Any) -> HttpResponse:
 @require_POST
 def session_fork(request: HttpRequest, session_id: Any) -> HttpResponseBase:
     session = _session_or_404(request, session_id)
+    ratelimit.rate_hit(request.user, "fork")
     form = ForkForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
@@ -492,12 +496,8 @@ def session_send(request: HttpRequest, session_id: Any) -> HttpResponse:
         messages.error(request, _form_errors(form))
         return _after_write(request, session, query)
     text, mode = form.cleaned_data["text"], form.cleaned_data["mode"]
-
-    def send() -> None:
-        ratelimit.rate_hit(request.user, "message")
-        agent_send_message(session.id, text, mode=mode)
-
-    _agent_call(request, send)
+    ratelimit.rate_hit(request.user, "message")
+    _agent_call(request, lambda: agent_send_message(session.id, text, mode=mode))
     session.refresh_from_db()
     return _after_write(request, session, replace(query, leaf=None, entry=None))
 
@@ -515,8 +515,8 @@ def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, _form_errors(form))
         return _after_write(request, session, query)
+    ratelimit.rate_hit(request.user, "message")
     try:
-        ratelimit.rate_hit(request.user, "message")
         leaf_before_entry(session, form.cleaned_data["entry_id"])
     except StoreError as exc:
         messages.error(request, str(exc))
@@ -562,6 +562,7 @@ def session_compact(request: HttpRequest, session_id: Any) -> HttpResponse:
     from sessions_app.agent import agent_compact
 
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "compact")
     form = CompactForm(request.POST)
     instructions = (form.cleaned_data["instructions"] if form.is_valid() else "") or None
     if _agent_call(request, lambda: agent_compact(session.id, instructions=instructions)):
@@ -577,6 +578,7 @@ def session_leaf_summary(request: HttpRequest, session_id: Any) -> HttpResponse:
     from sessions_app.agent import agent_navigate
 
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "summary")
     query = _return_query(request).view_only()
     form = LeafForm(request.POST)
     if not form.is_valid():

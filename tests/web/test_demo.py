@@ -5,11 +5,18 @@ import io
 import pytest
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
+from django.http import HttpRequest
+from django.test import RequestFactory
 
 from sessions_app import demo
 from sessions_app.models import Session
 
 pytestmark = pytest.mark.django_db
+
+
+def sign_in() -> HttpRequest:
+    """A sign-in request: sign-in throttling needs one to know who is trying."""
+    return RequestFactory().post("/accounts/login/")
 
 
 def test_first_run_makes_the_local_account_with_a_generated_password() -> None:
@@ -19,13 +26,13 @@ def test_first_run_makes_the_local_account_with_a_generated_password() -> None:
     assert "http://127.0.0.1:8000/" in printed and "user name: local" in printed
     password = printed.split("password:")[1].split()[0]
     assert len(password) >= 12
-    assert authenticate(username="local", password=password) is not None
+    assert authenticate(sign_in(), username="local", password=password) is not None
     assert Session.objects.filter(owner__username="local").count() == 2
 
     again = io.StringIO()
     demo.demo_load(again)
     assert again.getvalue() == ""  # shown once; later runs keep the password
-    assert authenticate(username="local", password=password) is not None
+    assert authenticate(sign_in(), username="local", password=password) is not None
 
 
 def test_the_password_is_new_for_every_installation() -> None:

@@ -385,7 +385,8 @@ def test_imports_are_rate_limited(alice: User, settings: object) -> None:
         upload = io.BytesIO(PI_FILE.read_bytes())
         upload.name = "again.jsonl"
         response = client.post(reverse("session-import"), {"file": upload}, follow=True)
-    assert "rate limit for import" in response.content.decode()
+    assert response.status_code == 429 and int(response["Retry-After"]) > 0
+    assert "Too many imports: at most 1 per hour." in response.content.decode()
     assert Session.objects.filter(owner=alice).count() == 1
 
 
