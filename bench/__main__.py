@@ -11,7 +11,7 @@ from bench.common import ROOT, Report, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, langgraph, live, pages, pi
+    from bench import append, langgraph, live, pages, pi, tools
 
     suites = {
         "append": append.run,
@@ -19,6 +19,7 @@ def main(argv: list[str]) -> int:
         "langgraph": langgraph.run,
         "pages": pages.run,
         "live": live.run,
+        "tools": tools.run,
     }
     chosen = argv or list(suites)
     report = Report()
@@ -68,6 +69,12 @@ def _write(report: Report, took: float) -> None:
         "  and indexes) over those appends divided by their number. LangGraph: `StateGraph`",
         "  `START → append → END` over `MessagesState` with `PostgresSaver` (seeded with one",
         "  `update_state` of N messages). Strand: `append_events` of one `user/message`.",
+        "- **tools**: `bench/tools.py`. In one daphne process, Alice's agent greps 32 MiB of",
+        "  lines of a's ending in '!' with `(a+)+$`, `(a|aa)+$` and `(.*a){25}$` at once while",
+        "  Bob lists his sessions over HTTP in a loop; his latency while the tools run and with",
+        "  nothing running, three rounds. In-process: how long Python's `re` (grep's engine",
+        "  before RE2) and the grep tool take on that pattern, and what share of a pure-Python",
+        "  loop's speed another thread keeps meanwhile.",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 

@@ -16,10 +16,11 @@ lookaround) is refused with `INVALID_PATTERN`. Each tool's work is bounded: byte
 and entries visited, matches, output size and the length of a shown line.
 
 A tool never raises into the loop: each failure is a `ToolOutcome` with `is_error` and an error
-code. `write_file` needs the user's approval. Tools run in a worker thread under a per-tool
-timeout; the same deadline is checked inside the walks and between files, so a tool that is
-timed out also stops working. Setting `STRAND_TOOL_DELAY_MS` makes every tool wait that long
-first (to see running tools in the UI, and for tests).
+code. `write_file` needs the user's approval. Tools run on a pool of worker threads of lower
+scheduling priority (niced), under a per-tool timeout; the same deadline is checked inside the
+walks and between files, so a tool that is timed out also stops working. Setting
+`STRAND_TOOL_DELAY_MS` makes every tool wait that long first (to see running tools in the UI,
+and for tests).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ import math
 import os
 import re
 import stat
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -711,13 +714,39 @@ class Toolbox:
             async with asyncio.timeout(self.timeout_s):
                 if delay > 0:
                     await asyncio.sleep(delay)
-                return await asyncio.to_thread(_run_sync, tool, self.cwd, args, deadline)
+                return await asyncio.get_running_loop().run_in_executor(
+                    _tool_threads(), _run_sync, tool, self.cwd, args, deadline
+                )
         except TimeoutError:
             return ToolOutcome(
                 f"{name} did not finish within {self.timeout_s:g} s and was stopped",
                 True,
                 "TOOL_TIMEOUT",
             )
+
+
+# Tools run on threads of their own, niced: a search that keeps two cores busy must not slow
+# down the threads that answer other users' requests.
+TOOL_THREADS = 8
+TOOL_NICENESS = 10
+_tool_pool: ThreadPoolExecutor | None = None
+_tool_pool_lock = threading.Lock()
+
+
+def _tool_threads() -> ThreadPoolExecutor:
+    global _tool_pool
+    with _tool_pool_lock:
+        if _tool_pool is None:
+            _tool_pool = ThreadPoolExecutor(
+                TOOL_THREADS, thread_name_prefix="strand-tool", initializer=_lower_priority
+            )
+        return _tool_pool
+
+
+def _lower_priority() -> None:
+    # Linux schedules each thread on its own, so this nices only the calling thread.
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TOOL_NICENESS)
 
 
 def _run_sync(tool: Tool, cwd: str, args: Mapping[str, Any], deadline: float) -> ToolOutcome:
