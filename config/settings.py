@@ -259,7 +259,9 @@ STRAND_LOCAL_USER = os.environ.get("STRAND_LOCAL_USER", "local")
 STRAND_MAX_EVENT_BYTES = int(os.environ.get("STRAND_MAX_EVENT_BYTES", str(1024 * 1024)))
 STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
-# a minute and 20 imports an hour; [0, N] turns a limit off. Unset: those defaults.
+# a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
+# defaults (sessions_app.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
+# compact, search and token).
 STRAND_RATE_LIMITS = {
     scope: tuple(limit)
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
