@@ -223,7 +223,9 @@ def new_session(page: Page, title: str) -> str:
 
 
 def wait_live(page: Page) -> None:
-    page.wait_for_function("window.strandLive && window.strandLive.ready === true")
+    # Predicates passed to wait_for_function are written as functions: a bare expression is
+    # run with eval inside the page, which the pages' Content-Security-Policy refuses.
+    page.wait_for_function("() => window.strandLive && window.strandLive.ready === true")
 
 
 def send(page: Page, text: str) -> None:
@@ -240,7 +242,9 @@ def expect_turn(page: Page) -> None:
 
 def wait_turn(page: Page, timeout: float = 20_000) -> None:
     """Wait until the turn started by `send` has ended and the page shows it."""
-    page.wait_for_function("window.strandLive.turnsEnded > window.__turnsBefore", timeout=timeout)
+    page.wait_for_function(
+        "() => window.strandLive.turnsEnded > window.__turnsBefore", timeout=timeout
+    )
     expect(page.locator("#composer-state")).to_have_attribute(
         "data-running", "false", timeout=timeout
     )

@@ -48,7 +48,7 @@ def test_sign_in_start_a_session_and_see_the_answer_stream_with_tool_calls(
     new_session(page, "First steps")
     send(page, "list files and read README.md")
     # The answer streams into the page before it is committed.
-    page.wait_for_function("window.strandLive.deltas > 0")
+    page.wait_for_function("() => window.strandLive.deltas > 0")
     wait_turn(page)
     chat = page.locator("#chat")
     expect(chat.locator(".msg.user")).to_have_text(re.compile("list files and read README.md"))
@@ -118,7 +118,7 @@ def test_cancel_a_running_turn(signed_in: Page) -> None:
     page = signed_in
     new_session(page, "Cancel")
     send(page, "tell me a long story about branching trees, " * 5)
-    page.wait_for_function("window.strandLive.deltas > 2")
+    page.wait_for_function("() => window.strandLive.deltas > 2")
     page.locator("button[data-cancel]").click()
     wait_turn(page)
     expect(page.locator("#chat .notice.aborted")).to_have_text("Aborted")
@@ -198,7 +198,7 @@ def test_a_dropped_websocket_catches_up_without_duplicates(
     page.evaluate("window.strandLive.reconnectDelayMs = 1500")
     connects = page.evaluate("window.strandLive.connects")
     page.evaluate("window.strandLive.socket.close()")
-    page.wait_for_function("window.strandLive.connected === false")
+    page.wait_for_function("() => window.strandLive.connected === false")
     for text in ("written while away", "and more while away"):
         session.refresh_from_db()
         store.append_events(
@@ -211,7 +211,9 @@ def test_a_dropped_websocket_catches_up_without_duplicates(
                 )
             ],
         )
-    page.wait_for_function(f"window.strandLive.connects > {connects} && window.strandLive.ready")
+    page.wait_for_function(
+        f"() => window.strandLive.connects > {connects} && window.strandLive.ready"
+    )
     expect(page.locator("#chat .msg.user")).to_have_count(2)
     session.refresh_from_db()
     live = page.evaluate("window.strandLive")
