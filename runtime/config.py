@@ -18,6 +18,7 @@ PROVIDER_KINDS = ("offline", "openai", "anthropic")
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_RESERVE_TOKENS = 16_384
 DEFAULT_KEEP_RECENT_TOKENS = 20_000
+MAX_RETRIES_LIMIT = 10
 
 
 class ConfigError(AgentError):
@@ -53,7 +54,14 @@ class AgentConfig:
     pricing: Pricing = Pricing()
     tool_timeout_s: float = 30.0
     max_steps: int = 50
+    # Retries of a request that failed in a way a second try may not (see
+    # `runtime.providers.base.RETRYABLE`): at most `max_retries` more attempts, the n-th
+    # after `retry_backoff_s * 2**(n-1)` seconds or the provider's Retry-After if longer; a
+    # Retry-After above `retry_max_wait_s` is not waited for.
     max_retries: int = 2
+    retry_backoff_s: float = 1.0
+    retry_max_wait_s: float = 60.0
+    # Also the stall limit: no bytes for this long ends the attempt.
     request_timeout_s: float = 600.0
     cwd: str = ""
 
@@ -97,7 +105,9 @@ def config_from_preset(preset: Mapping[str, Any], *, cwd: str = "") -> AgentConf
         pricing=_pricing(preset.get("pricing")),
         tool_timeout_s=float(preset.get("tool_timeout_s") or 30.0),
         max_steps=_positive(preset, "max_steps", 50),
-        max_retries=int(preset.get("max_retries", 2)),
+        max_retries=_count(preset, "max_retries", 2, limit=MAX_RETRIES_LIMIT),
+        retry_backoff_s=_seconds(preset, "retry_backoff_s", 1.0),
+        retry_max_wait_s=_seconds(preset, "retry_max_wait_s", 60.0),
         request_timeout_s=float(preset.get("request_timeout_s") or 600.0),
         cwd=cwd,
     )
@@ -118,6 +128,20 @@ def _positive(preset: Mapping[str, Any], key: str, default: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"preset {key} must be a positive integer, got {value!r}")
     return value
+
+
+def _count(preset: Mapping[str, Any], key: str, default: int, *, limit: int) -> int:
+    value = preset.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
+        raise ConfigError(f"preset {key} must be an integer from 0 to {limit}, got {value!r}")
+    return value
+
+
+def _seconds(preset: Mapping[str, Any], key: str, default: float) -> float:
+    value = preset.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"preset {key} must be a number of seconds (0 or more), got {value!r}")
+    return float(value)
 
 
 def _pricing(value: Any) -> Pricing:

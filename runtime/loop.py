@@ -45,6 +45,7 @@ from runtime.compaction import (
     prepare_compaction,
 )
 from runtime.config import AgentConfig
+from runtime.faults import describe_fault, fault_record
 from runtime.header import render_header, same_header
 from runtime.messages import (
     assistant_message,
@@ -54,6 +55,8 @@ from runtime.messages import (
 )
 from runtime.ports import Appended, NewFact, SeqConflict, SessionLog, TurnLock
 from runtime.providers.base import (
+    INVALID_TOOL_ARGUMENTS,
+    REFUSED,
     Assembler,
     Provider,
     ProviderError,
@@ -87,7 +90,7 @@ class Delta:
     session_id: str
     turn: int
     step: int
-    kind: str  # text, thinking, tool_call
+    kind: str  # text, thinking, tool_call; restart: a retry begins, drop what was shown
     block: str  # identifies the content block within the reply
     text: str
     name: str | None = None  # the tool's name, on the first delta of a tool call
@@ -315,6 +318,27 @@ class TurnRunner:
         self.follow_leaf = False
         return turn
 
+    async def start_retry_turn(self, failed_entry_id: str, point: str | None) -> int:
+        """Write `turn/start` (trigger retry) and move the leaf back to `point`, where the
+        failed reply was asked from; the turn's first request is built from there."""
+        turn = self.last_turn + 1
+
+        def facts(_: int) -> list[NewFact]:
+            start = {"turn": turn, "trigger": "retry", "retry_of": failed_entry_id}
+            moved = {"from": self.leaf, "to": point, "reason": "retry"}
+            return [
+                NewFact("turn/start", start, turn=turn),
+                NewFact("leaf/moved", moved, turn=turn),
+            ]
+
+        started = await self.append(facts)
+        assert started is not None
+        self.leaf = point
+        self.turn_start_seq = started.first_seq
+        self.last_turn = turn
+        self.follow_leaf = False
+        return turn
+
     async def run_turns(self, first_turn: int) -> list[TurnEnded]:
         """Run `first_turn` (already started), then each queued follow-up in turn."""
         turn = first_turn
@@ -477,28 +501,44 @@ class TurnRunner:
             )
         except PayloadError as exc:
             return _StepResult("error", f"the request cannot be built: {exc}")
-        await self._write_request(turn, step, header, payload, context.messages)
-        assembler, error, cancelled, timing = await self._stream(turn, step, payload)
-        if cancelled:
-            await self._write_reply(turn, step, assembler, "aborted", timing, with_calls=False)
-            return _StepResult("aborted")
-        if error is not None:
-            await self._write_reply(
-                turn, step, assembler, "error", timing, with_calls=False, error=str(error)
+        attempt, previous = 1, None
+        while True:
+            await self._write_request(
+                turn, step, header, payload, context.messages, attempt=attempt, previous=previous
             )
-            if error.overflow and not self.overflow_retried:
-                self.overflow_retried = True
-                if await self._guarded(self._compact(turn, step, force=True)):
-                    return _StepResult("retry")
-            return _StepResult("error", str(error))
+            assembler, error, cancelled, timing = await self._stream(turn, step, payload)
+            if cancelled:
+                await self._write_reply(turn, step, assembler, "aborted", timing, with_calls=False)
+                return _StepResult("aborted")
+            error = error or _reply_fault(assembler)
+            if error is None:
+                break
+            wait, note = self._retry_wait(error, attempt)
+            if wait is None:
+                return await self._failed(turn, step, assembler, error, timing, attempt, note)
+            message = describe_fault(error, self.config, attempts=attempt)
+            previous = {
+                **fault_record(
+                    error,
+                    message=message,
+                    attempt=attempt,
+                    timing=timing,
+                    received_chars=assembler.received_chars,
+                ),
+                "wait_ms": round(wait * 1000),
+            }
+            began = time.monotonic()
+            try:
+                await self._guarded(asyncio.sleep(wait))
+            except Cancelled:
+                note = "The turn was cancelled while waiting to retry."
+                await self._failed(turn, step, assembler, error, timing, attempt, note)
+                return _StepResult("aborted")
+            previous["waited_ms"] = round((time.monotonic() - began) * 1000)
+            attempt += 1
+            self._delta(turn, step, None)  # the next attempt's answer starts from nothing
         calls = assembler.tool_calls()
         stop = assembler.stop_reason or "stop"
-        if stop == "error":
-            message = "the provider ended the reply with an error (for example a content filter)"
-            await self._write_reply(
-                turn, step, assembler, "error", timing, with_calls=False, error=message
-            )
-            return _StepResult("error", message)
         if calls and stop != "length":
             stop = "toolUse"
         await self._write_reply(turn, step, assembler, stop, timing, with_calls=True)
@@ -509,6 +549,81 @@ class TurnRunner:
         if stop == "length":
             return _StepResult("max_tokens")
         return _StepResult("continue" if calls else "done")
+
+    def _retry_wait(self, error: ProviderError, attempt: int) -> tuple[float | None, str | None]:
+        """How long to wait before the next attempt, or None (and why) when there is none."""
+        if not error.retryable:
+            return None, None
+        if attempt > self.config.max_retries:
+            return None, None
+        backoff = self.config.retry_backoff_s * 2 ** (attempt - 1)
+        asked = error.retry_after_s
+        if asked is not None and asked > self.config.retry_max_wait_s:
+            return None, (
+                f"The provider asked to wait {asked:g} s before retrying, longer than "
+                f"retry_max_wait_s ({self.config.retry_max_wait_s:g} s) in preset "
+                f"{self.config.name!r}, so Strand did not retry."
+            )
+        return min(max(backoff, asked or 0.0), self.config.retry_max_wait_s), None
+
+    async def _failed(
+        self,
+        turn: int,
+        step: int,
+        assembler: Assembler,
+        error: ProviderError,
+        timing: Mapping[str, int],
+        attempts: int,
+        note: str | None,
+    ) -> _StepResult:
+        """Record the failed reply with what had arrived; compact once on an overflow."""
+        will_compact = (
+            error.overflow
+            and not self.overflow_retried
+            and note is None
+            and await self._compactable()
+        )
+        if will_compact:
+            note = "Strand compacts the conversation and tries once more."
+        message = describe_fault(error, self.config, attempts=attempts, note=note)
+        fault = fault_record(
+            error,
+            message=message,
+            attempt=attempts,
+            timing=dict(timing),
+            received_chars=assembler.received_chars,
+        )
+        fault["attempts"] = attempts
+        partial_calls = [
+            {"id": c.call_id, "name": c.name, "arguments": c.raw_arguments}
+            for c in assembler.tool_calls()
+        ]
+        if partial_calls:
+            # Not in the message (a call without a result would break the history), but
+            # kept: what the model had started to ask for.
+            fault["tool_calls"] = partial_calls
+        await self._write_reply(
+            turn, step, assembler, "error", timing, with_calls=False, error=message, fault=fault
+        )
+        if will_compact:
+            self.overflow_retried = True
+            if await self._guarded(self._compact(turn, step, force=True)):
+                return _StepResult("retry")
+            message = describe_fault(
+                error,
+                self.config,
+                attempts=attempts,
+                note="Compacting did not make room: compact or go back to an earlier entry.",
+            )
+        return _StepResult("error", message)
+
+    async def _compactable(self) -> bool:
+        """Whether compacting the path at our position would summarize anything."""
+        if self.leaf is None:
+            return False
+        window = await self.log.context_window(self.sid, self.leaf)
+        prep = prepare_compaction(window, self.config.keep_recent_tokens)
+        return prep is not None and bool(prep.messages or prep.turn_prefix)
 
     async def _context(self) -> Any:
         if self.leaf is None:
@@ -523,7 +638,12 @@ class TurnRunner:
         header: Mapping[str, Any],
         payload: Mapping[str, Any],
         context_messages: Sequence[Mapping[str, Any]],
+        *,
+        attempt: int = 1,
+        previous: Mapping[str, Any] | None = None,
     ) -> None:
+        """Write the request's manifest. A retry is a request of its own: the same payload,
+        its attempt number, and the fault that ended the attempt before it."""
         reason = None
         if self.header is None:
             reason = "initial"
@@ -531,10 +651,12 @@ class TurnRunner:
             reason = "change"
         elif self.resume_header:
             reason = "resume"
-        sent = {
+        sent: dict[str, Any] = {
             "leaf_entry_id": self.leaf,
             "payload_sha256": payload_sha256(payload),
             "token_estimate": sum(estimate_tokens(m) for m in context_messages),
+            "attempt": attempt,
+            "previous_fault": dict(previous) if previous is not None else None,
         }
 
         def batch(after_seq: int) -> list[NewFact]:
@@ -584,10 +706,14 @@ class TurnRunner:
             timing["ttft_ms"] = round((first[0] - started) * 1000)
         return assembler, error, cancelled, timing
 
-    def _delta(self, turn: int, step: int, event: StreamEvent) -> None:
+    def _delta(self, turn: int, step: int, event: StreamEvent | None) -> None:
+        """Hand a streamed piece to the live viewers; None says the step's answer starts
+        over (a retry), so that they drop what the failed attempt had shown."""
         if self.on_delta is None:
             return
-        if isinstance(event, TextDelta):
+        if event is None:
+            delta = Delta(self.sid, turn, step, "restart", "", "")
+        elif isinstance(event, TextDelta):
             delta = Delta(self.sid, turn, step, "text", event.key, event.text)
         elif isinstance(event, ThinkingDelta):
             delta = Delta(self.sid, turn, step, "thinking", event.key, event.text)
@@ -610,6 +736,7 @@ class TurnRunner:
         *,
         with_calls: bool,
         error: str | None = None,
+        fault: Mapping[str, Any] | None = None,
     ) -> None:
         message = assistant_message(
             self.config,
@@ -618,16 +745,10 @@ class TurnRunner:
             stop_reason=stop,
             error_message=error,
         )
-        await self.append(
-            [
-                NewFact(
-                    "assistant/message",
-                    {"entry": message_entry(message), "timing": dict(timing)},
-                    turn,
-                    step,
-                )
-            ]
-        )
+        data: dict[str, Any] = {"entry": message_entry(message), "timing": dict(timing)}
+        if fault is not None:
+            data["fault"] = dict(fault)
+        await self.append([NewFact("assistant/message", data, turn, step)])
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -854,6 +975,30 @@ class TurnRunner:
             self.on_notice(Notice(self.sid, kind, turn, text, data))
         except Exception:
             log.exception("session %s: a notice listener failed", self.sid)
+
+
+def _reply_fault(assembler: Assembler) -> ProviderError | None:
+    """A fault in an answer that streamed to its end: the model stopped with an error, or
+    asked for a tool with arguments that never became a JSON object. An answer cut at the
+    token limit is not one (its calls may be cut short; the turn ends max_tokens)."""
+    stop = assembler.stop_reason or "stop"
+    if stop == "error":
+        return ProviderError(
+            "the provider ended the reply with an error (for example a content filter)",
+            kind=REFUSED,
+        )
+    if stop == "length":
+        return None
+    for call in assembler.tool_calls():
+        if not call.arguments_valid:
+            raw = call.raw_arguments
+            shown = raw if len(raw) <= 200 else raw[:199] + "…"
+            return ProviderError(
+                f"The model called {call.name or 'a tool'} with arguments that are not a "
+                f"JSON object: {shown!r}",
+                kind=INVALID_TOOL_ARGUMENTS,
+            )
+    return None
 
 
 def _user_fact(text: str, turn: int, step: int | None) -> NewFact:

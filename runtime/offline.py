@@ -27,6 +27,10 @@ message become parallel tool calls, in the order they appear. How it answers:
   Context) built from the conversation's `[User]`, `[Assistant tool calls]` and
   `[Tool result]` lines.
 
+`fault KIND [once]` makes the model fail the way a provider can (a cut or stalled stream,
+HTTP 429/500/502/503/529, an unreadable stream, a plain body, tool-call arguments that are
+not JSON, 401/403, a context-length error): see `runtime.offline_faults`.
+
 Usage is a quarter of the characters read (the request's messages as JSON) and written;
 the cost is 0. A request whose input estimate exceeds the preset's `context_window` fails
 the way providers fail ("prompt is too long"), so overflow handling can be exercised.
@@ -44,6 +48,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.offline_faults import STALL_MAX_S, fault_stream, requested_fault
 from runtime.providers.base import (
     ProviderError,
     StopUpdate,
@@ -98,8 +103,16 @@ def _word(text: str) -> str:
 
 
 class OfflineProvider:
-    def __init__(self, *, context_window: int, chunk_delay_ms: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        context_window: int,
+        chunk_delay_ms: float | None = None,
+        stall_s: float = STALL_MAX_S,
+    ) -> None:
         self.context_window = context_window
+        self.stall_s = stall_s
+        self.failed_once: set[str] = set()  # `fault KIND once` already produced in this run
         if chunk_delay_ms is None:
             raw = os.environ.get("STRAND_OFFLINE_CHUNK_DELAY_MS", str(DEFAULT_CHUNK_DELAY_MS))
             chunk_delay_ms = float(raw or 0)
@@ -115,6 +128,14 @@ class OfflineProvider:
                 status=400,
                 overflow=True,
             )
+        fault = _fault_asked(messages)
+        if fault is not None and fault[0] not in self.failed_once:
+            name, once = fault
+            if once:
+                self.failed_once.add(name)
+            async for event in fault_stream(name, stall_s=self.stall_s, pause=self._pause):
+                yield event
+            return
         text, calls = answer(messages)
         written = len(text)
         yield UsageUpdate(input=input_tokens, output=0, cache_read=0, cache_write=0)
@@ -138,6 +159,15 @@ class OfflineProvider:
     async def _pause(self) -> None:
         # Always yield to the loop, so that a cancel can land between chunks.
         await asyncio.sleep(self.delay)
+
+
+def _fault_asked(messages: Sequence[Mapping[str, Any]]) -> tuple[str, bool] | None:
+    """The fault the last user message asks for (`runtime.offline_faults`), if any."""
+    last = messages[-1] if messages else {}
+    text = _text(last.get("content")) if last.get("role") == "user" else ""
+    if "<conversation>" in text:
+        return None  # a summary request quotes the conversation, faults and all
+    return requested_fault(text)
 
 
 def _chunks(text: str) -> list[str]:

@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +155,67 @@ class Runtime:
         lock = await self._lock_or_queue(session_id, text, mode)
         if isinstance(lock, Sent):
             return lock
+
+        async def start(runner: TurnRunner) -> int:
+            return await runner.start_turn(text)
+
+        runner_args = (config, provider, toolbox, auto_approve, on_delta, on_notice)
+        return await self._launch(session_id, lock, runner_args, start)
+
+    async def retry(
+        self,
+        session_id: str,
+        entry_id: str | None = None,
+        *,
+        auto_approve: bool = False,
+        on_delta: DeltaSink | None = None,
+        on_notice: NoticeSink | None = None,
+    ) -> Sent:
+        """Start a turn that asks again from where a failed reply was asked: the leaf goes
+        back to the failed assistant message's parent (`entry_id`, by default the current
+        leaf, which must be a reply with stopReason "error") and the model is called from
+        there, with no new user message. The failed reply stays in the tree."""
+        config, provider, toolbox = await self._setup(session_id)
+        lock = await self._exclusive(session_id)
+
+        async def start(runner: TurnRunner) -> int:
+            failed = await self._failed_reply(session_id, entry_id)
+            return await runner.start_retry_turn(failed.id, failed.parent_id)
+
+        runner_args = (config, provider, toolbox, auto_approve, on_delta, on_notice)
+        return await self._launch(session_id, lock, runner_args, start)
+
+    async def _failed_reply(self, session_id: str, entry_id: str | None) -> EntryRecord:
+        if entry_id is None:
+            entry_id = (await self.log.head(session_id)).leaf_entry_id
+            if entry_id is None:
+                raise AgentError("nothing to retry: the session is empty")
+        entry = await self.log.entry(session_id, entry_id)
+        if entry is None:
+            raise NotFound(f"no entry {entry_id!r} in this session")
+        message = entry.data.get("message") if entry.type == "message" else None
+        if (
+            not isinstance(message, Mapping)
+            or message.get("role") != "assistant"
+            or message.get("stopReason") != "error"
+        ):
+            raise AgentError(
+                f"entry {entry_id!r} is not a failed reply: only an assistant message with "
+                'stopReason "error" can be retried'
+            )
+        return entry
+
+    async def _launch(
+        self,
+        session_id: str,
+        lock: TurnLock,
+        runner_args: tuple[
+            AgentConfig, Provider, Toolbox, bool, DeltaSink | None, NoticeSink | None
+        ],
+        start: Callable[[TurnRunner], Awaitable[int]],
+    ) -> Sent:
+        """Start a turn under `lock` (`start` writes its first facts) and run it on."""
+        config, provider, toolbox, auto_approve, on_delta, on_notice = runner_args
         run = Run(session_id, lock)
         # Registered at once, so that a cancel that comes while the turn starts finds it.
         self.runs[session_id] = run
@@ -172,7 +233,7 @@ class Runtime:
                 on_notice=on_notice,
             )
             await runner.load()
-            turn = await runner.start_turn(text)
+            turn = await start(runner)
         except BaseException:
             del self.runs[session_id]
             await lock.release()

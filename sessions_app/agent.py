@@ -8,6 +8,8 @@ callers; `session_id` may be a UUID, its string or a `Session`):
         mode "message" starts a turn (refused with `TurnRunning` while one runs); "steer"
         queues input for the running turn's next step, "follow_up" for the turn after it
         (with no turn running, both simply start one). `Sent.turn` / `Sent.inbox_id`.
+    agent_retry(session_id, entry_id=None) -> Sent
+        a new turn from where a failed reply (stopReason "error") was asked
     agent_cancel(session_id) -> bool
     agent_decide_approval(session_id, approval_id, *, outcome, by=None)
     agent_pending_approvals(session_id) -> list[PendingApproval]      (a read: never writes)
@@ -125,6 +127,7 @@ __all__ = [
     "aagent_navigate",
     "aagent_pending_approvals",
     "aagent_recover",
+    "aagent_retry",
     "aagent_send_message",
     "aagent_turn_status",
     "aagent_wait",
@@ -135,6 +138,7 @@ __all__ = [
     "agent_pending_approvals",
     "agent_recover",
     "agent_run_foreground",
+    "agent_retry",
     "agent_send_message",
     "agent_shutdown",
     "agent_startup",
@@ -611,6 +615,41 @@ async def aagent_send_message(
 ) -> Sent:
     sid, host = _sid(session_id), _host_loop()
     return await _async(lambda e: _send(e, sid, text, mode, auto_approve, host, None, None))
+
+
+def agent_retry(
+    session_id: uuid.UUID | str | Session,
+    entry_id: str | None = None,
+    *,
+    auto_approve: bool = False,
+) -> Sent:
+    """Start a turn that asks again from where the failed reply `entry_id` (by default
+    the current leaf) was asked; refused while a turn runs, or for a reply that did not
+    fail."""
+    sid, host = _sid(session_id), _host_loop()
+    return _sync(lambda e: _retry(e, sid, entry_id, auto_approve, host))
+
+
+async def aagent_retry(
+    session_id: uuid.UUID | str | Session,
+    entry_id: str | None = None,
+    *,
+    auto_approve: bool = False,
+) -> Sent:
+    sid, host = _sid(session_id), _host_loop()
+    return await _async(lambda e: _retry(e, sid, entry_id, auto_approve, host))
+
+
+async def _retry(
+    engine: _Engine,
+    sid: str,
+    entry_id: str | None,
+    auto_approve: bool,
+    host: asyncio.AbstractEventLoop | None,
+) -> Sent:
+    return await engine.runtime.retry(
+        sid, entry_id, auto_approve=auto_approve, on_delta=_delta_publisher(host, None)
+    )
 
 
 async def _send(

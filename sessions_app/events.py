@@ -108,6 +108,10 @@ class AssistantMessage(EntryEvent):
     # Runtime measurements that are not part of Pi's message: time to first token and the
     # whole model call, in milliseconds.
     timing: JSON = Field(default_factory=dict)
+    # On a reply with stopReason "error" from a failed model request: the fault (kind,
+    # HTTP status, attempts, what the provider said; see `runtime.faults`). Absent on
+    # replies written before faults were recorded, as on every other reply.
+    fault: JSON | None = None
 
 
 class ToolResult(EntryEvent):
@@ -157,7 +161,10 @@ class LeafMoved(EventData):
 class TurnStart(EventData):
     type = "turn/start"
     turn: int = Field(ge=0)
-    trigger: Literal["message", "follow_up"] = "message"
+    # retry: the turn asks again from where a failed reply was asked (no new user message;
+    # `retry_of` is the failed assistant message's entry id).
+    trigger: Literal["message", "follow_up", "retry"] = "message"
+    retry_of: str | None = Field(default=None, max_length=ENTRY_KEY_MAX)
 
 
 class TurnEnd(EventData):
@@ -195,11 +202,19 @@ class RequestHeader(EventData):
 
 
 class RequestSent(EventData):
+    """The manifest of one model request. Version 2: a failed request may be tried again
+    within its step; each try is a `request/sent` of its own, with its `attempt` (1 for
+    the first) and, from the second on, `previous_fault`: what ended the attempt before
+    (kind, HTTP status, message, how long it ran and waited; see `runtime.faults`)."""
+
     type = "request/sent"
+    version = 2
     header_seq: int = Field(ge=0)
     leaf_entry_id: str | None
     payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     token_estimate: int = Field(ge=0)
+    attempt: int = Field(default=1, ge=1)
+    previous_fault: JSON | None = None
 
 
 # --- tools and approvals -----------------------------------------------------------------
@@ -301,9 +316,18 @@ def event_type_for_entry(entry: Mapping[str, Any]) -> str:
 
 Upcaster = Callable[[JSON], JSON]
 
-# (type, from_version) → function returning the data at from_version + 1. Every type is at
-# version 1 today; a change to a schema adds one function here and bumps the class version.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+def _request_sent_v1(data: JSON) -> JSON:
+    # Before retries were recorded every request was its step's first (and only) attempt.
+    return {**data, "attempt": 1, "previous_fault": None}
+
+
+# (type, from_version) → function returning the data at from_version + 1. A change to a
+# schema adds one function here and bumps the class version. Fields added with a default
+# that old events already mean (a reply without `fault`) need none.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("request/sent", 1): _request_sent_v1,
+}
 
 
 def upcast(event_type: str, version: int, data: JSON) -> tuple[int, JSON]:

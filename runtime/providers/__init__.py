@@ -38,12 +38,15 @@ __all__ = [
 
 def make_provider(config: AgentConfig, environ: Mapping[str, str] | None = None) -> Provider:
     """The provider a session's preset names. Keys come from the environment variable the
-    preset names; a missing key is a `ConfigError` before anything is sent."""
+    preset names; a missing key is a `ConfigError` before anything is sent. The SDKs do
+    not retry: the turn loop does, recording each attempt (`max_retries`)."""
     env = os.environ if environ is None else environ
     if config.kind == "offline":
         from runtime.offline import OfflineProvider
 
-        return OfflineProvider(context_window=config.context_window)
+        return OfflineProvider(
+            context_window=config.context_window, stall_s=config.request_timeout_s
+        )
     api_key = env.get(config.api_key_env) if config.api_key_env else None
     if not api_key:
         if config.api_key_env:
@@ -58,16 +61,10 @@ def make_provider(config: AgentConfig, environ: Mapping[str, str] | None = None)
         from runtime.providers.openai_chat import OpenAIChatProvider
 
         return OpenAIChatProvider(
-            base_url=config.base_url,
-            api_key=api_key,
-            max_retries=config.max_retries,
-            timeout_s=config.request_timeout_s,
+            base_url=config.base_url, api_key=api_key, timeout_s=config.request_timeout_s
         )
     from runtime.providers.anthropic_messages import AnthropicProvider
 
     return AnthropicProvider(
-        base_url=config.base_url,
-        api_key=api_key,
-        max_retries=config.max_retries,
-        timeout_s=config.request_timeout_s,
+        base_url=config.base_url, api_key=api_key, timeout_s=config.request_timeout_s
     )

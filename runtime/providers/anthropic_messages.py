@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 
 from runtime.providers.base import (
+    CUT,
     ProviderError,
     StopUpdate,
     StreamEvent,
@@ -16,8 +17,8 @@ from runtime.providers.base import (
     ThinkingDelta,
     ToolCallDelta,
     UsageUpdate,
-    is_context_overflow,
 )
+from runtime.providers.faults import check_event_stream, classify, malformed
 from runtime.providers.openai_chat import split_known
 
 _STOP = {
@@ -32,14 +33,18 @@ _STOP = {
 
 
 class AnthropicProvider:
+    """Streams one request. The SDK does not retry: the runtime retries, so that each
+    attempt is a recorded request (`max_retries` is kept for callers that pass it)."""
+
     def __init__(
         self,
         *,
         base_url: str | None,
         api_key: str,
-        max_retries: int = 2,
+        max_retries: int = 0,
         timeout_s: float = 600.0,
     ) -> None:
+        self._key = api_key
         self._client = anthropic.AsyncAnthropic(
             base_url=base_url, api_key=api_key, max_retries=max_retries, timeout=timeout_s
         )
@@ -49,16 +54,28 @@ class AnthropicProvider:
         known, extra = split_known(payload, create)
         try:
             stream = await create(**known, extra_body=extra or None)
-        except anthropic.APIError as exc:
-            raise _error(exc) from None
+        except Exception as exc:
+            raise _error(exc, self._key, streaming=False) from None
+        stopped = False
         try:
+            await check_event_stream(stream.response, secret=self._key)
             async for event in stream:
-                for item in _events(event):
+                stopped = stopped or getattr(event, "type", None) == "message_stop"
+                try:
+                    items = _events(event)
+                except (AttributeError, TypeError, KeyError, ValueError) as exc:
+                    raise malformed(exc, secret=self._key) from None
+                for item in items:
                     yield item
-        except anthropic.APIError as exc:
-            raise _error(exc) from None
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise _error(exc, self._key, streaming=True) from None
         finally:
             await stream.close()
+        if not stopped:
+            # As Pi's own provider: without message_stop the answer is not whole.
+            raise ProviderError("the stream ended before message_stop", kind=CUT)
 
 
 def _events(event: Any) -> list[StreamEvent]:
@@ -124,11 +141,5 @@ def _usage(usage: Any) -> UsageUpdate:
     )
 
 
-def _error(exc: anthropic.APIError) -> ProviderError:
-    status = getattr(exc, "status_code", None)
-    message = str(getattr(exc, "message", None) or exc)
-    return ProviderError(
-        f"{type(exc).__name__}: {message}",
-        status=status,
-        overflow=is_context_overflow(message),
-    )
+def _error(exc: Exception, secret: str, *, streaming: bool) -> ProviderError:
+    return classify(exc, anthropic.APIError, secret=secret, streaming=streaming)

@@ -59,13 +59,109 @@ class StopUpdate:
 StreamEvent = TextDelta | ThinkingDelta | ToolCallDelta | UsageUpdate | StopUpdate
 
 
-class ProviderError(Exception):
-    """The provider failed the request. `overflow`: it refused the context as too long."""
+# What went wrong with a model request, as a word the log, the views and the retry policy
+# share. The message of a `ProviderError` is the provider's own account (key redacted).
+CUT = "cut"  # the stream ended before the model said it was done
+STALL = "stall"  # no bytes for longer than the preset's request_timeout_s
+RATE_LIMITED = "rate_limited"  # HTTP 429
+QUOTA = "quota"  # HTTP 429 insufficient_quota: retrying does not help
+OVERLOADED = "overloaded"  # Anthropic's 529 / overloaded_error
+SERVER_ERROR = "server_error"  # HTTP 5xx, 408, 409
+CONNECTION = "connection"  # no answer at all: refused, reset, DNS
+MALFORMED = "malformed"  # an event or chunk that is not valid JSON / SSE
+NOT_A_STREAM = "not_a_stream"  # a plain body answered a streaming request
+INVALID_TOOL_ARGUMENTS = "invalid_tool_arguments"  # tool-call arguments never became JSON
+AUTH = "auth"  # HTTP 401 / 403
+CONTEXT_LENGTH = "context_length"  # the prompt does not fit the model's window
+BAD_REQUEST = "bad_request"  # another 4xx
+REFUSED = "refused"  # the model ended its reply with an error (a content filter)
+UNKNOWN = "unknown"
 
-    def __init__(self, message: str, *, status: int | None = None, overflow: bool = False):
+FAULT_KINDS = (
+    CUT,
+    STALL,
+    RATE_LIMITED,
+    QUOTA,
+    OVERLOADED,
+    SERVER_ERROR,
+    CONNECTION,
+    MALFORMED,
+    NOT_A_STREAM,
+    INVALID_TOOL_ARGUMENTS,
+    AUTH,
+    CONTEXT_LENGTH,
+    BAD_REQUEST,
+    REFUSED,
+    UNKNOWN,
+)
+# Faults that a second identical request may not meet. The others are deterministic (the
+# same request fails the same way) or need a person (a key, a quota, a shorter context).
+RETRYABLE = frozenset({CUT, STALL, RATE_LIMITED, OVERLOADED, SERVER_ERROR, CONNECTION})
+
+# Error types and codes providers put in their error bodies (Anthropic's `error.type`,
+# OpenAI's `error.code`) → fault kind; they decide when there is no HTTP status (an error
+# event inside a stream) and refine one (429 with insufficient_quota).
+_CODE_KINDS = {
+    "overloaded_error": OVERLOADED,
+    "rate_limit_error": RATE_LIMITED,
+    "rate_limit_exceeded": RATE_LIMITED,
+    "insufficient_quota": QUOTA,
+    "api_error": SERVER_ERROR,
+    "server_error": SERVER_ERROR,
+    "authentication_error": AUTH,
+    "permission_error": AUTH,
+    "invalid_api_key": AUTH,
+    "context_length_exceeded": CONTEXT_LENGTH,
+    "invalid_request_error": BAD_REQUEST,
+    "request_too_large": BAD_REQUEST,
+    "not_found_error": BAD_REQUEST,
+}
+
+
+def fault_kind(status: int | None, code: str | None = None) -> str:
+    """The fault an HTTP status (and the body's error type or code) stands for."""
+    by_code = _CODE_KINDS.get(code or "")
+    if by_code is not None and (status is None or by_code in (QUOTA, CONTEXT_LENGTH)):
+        return by_code
+    if status is None:
+        return by_code or UNKNOWN
+    if status in (401, 403):
+        return AUTH
+    if status == 429:
+        return RATE_LIMITED
+    if status == 529:
+        return OVERLOADED
+    if status >= 500 or status in (408, 409):
+        return SERVER_ERROR
+    if status >= 400:
+        return BAD_REQUEST
+    return by_code or UNKNOWN
+
+
+class ProviderError(Exception):
+    """The provider failed the request. `overflow`: it refused the context as too long.
+    `kind` is one of `FAULT_KINDS`; `retry_after_s` is what the provider asked to wait."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        overflow: bool = False,
+        kind: str | None = None,
+        retry_after_s: float | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
-        self.overflow = overflow
+        self.overflow = overflow or kind == CONTEXT_LENGTH
+        self.kind = kind or (CONTEXT_LENGTH if overflow else fault_kind(status, code))
+        self.retry_after_s = retry_after_s
+        self.code = code
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
 
 
 class Provider(Protocol):
@@ -151,6 +247,11 @@ class Assembler:
         if key not in self.blocks:
             self.blocks[key] = _Block(kind)
         return self.blocks[key]
+
+    @property
+    def received_chars(self) -> int:
+        """How much of the answer arrived: text, thinking and raw tool-call arguments."""
+        return sum(len(b.text) + len(b.raw_arguments) + len(b.name) for b in self.blocks.values())
 
     def tool_calls(self) -> list[ToolCallRequest]:
         calls = []

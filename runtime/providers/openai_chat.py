@@ -10,6 +10,7 @@ from typing import Any
 import openai
 
 from runtime.providers.base import (
+    CUT,
     ProviderError,
     StopUpdate,
     StreamEvent,
@@ -17,8 +18,8 @@ from runtime.providers.base import (
     ThinkingDelta,
     ToolCallDelta,
     UsageUpdate,
-    is_context_overflow,
 )
+from runtime.providers.faults import check_event_stream, classify, malformed
 
 _STOP = {"stop": "stop", "length": "length", "tool_calls": "toolUse", "function_call": "toolUse"}
 # Where OpenAI-compatible servers put reasoning text (DeepSeek, vLLM, OpenRouter…).
@@ -40,14 +41,18 @@ def split_known(payload: Mapping[str, Any], method: Any) -> tuple[dict[str, Any]
 
 
 class OpenAIChatProvider:
+    """Streams one request. The SDK does not retry: the runtime retries, so that each
+    attempt is a recorded request (`max_retries` is kept for callers that pass it)."""
+
     def __init__(
         self,
         *,
         base_url: str | None,
         api_key: str,
-        max_retries: int = 2,
+        max_retries: int = 0,
         timeout_s: float = 600.0,
     ) -> None:
+        self._key = api_key
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, max_retries=max_retries, timeout=timeout_s
         )
@@ -57,17 +62,28 @@ class OpenAIChatProvider:
         known, extra = split_known(payload, create)
         try:
             stream = await create(**known, extra_body=extra or None)
-        except openai.APIError as exc:
-            raise _error(exc) from None
+        except Exception as exc:
+            raise _error(exc, self._key, streaming=False) from None
         state = _StreamState()
         try:
+            await check_event_stream(stream.response, secret=self._key)
             async for chunk in stream:
-                for event in state.events(chunk):
+                try:
+                    events = state.events(chunk)
+                except (AttributeError, TypeError, KeyError, ValueError) as exc:
+                    raise malformed(exc, secret=self._key) from None
+                for event in events:
                     yield event
-        except openai.APIError as exc:
-            raise _error(exc) from None
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise _error(exc, self._key, streaming=True) from None
         finally:
             await stream.close()
+        if not state.finished:
+            # A stream that stops without a finish_reason was cut: by the network, a proxy
+            # or a crashing server. It is not an answer.
+            raise ProviderError("the stream ended before a finish_reason", kind=CUT)
 
 
 class _StreamState:
@@ -75,6 +91,7 @@ class _StreamState:
 
     def __init__(self) -> None:
         self.reasoning_field: str | None = None
+        self.finished = False
 
     def events(self, chunk: Any) -> list[StreamEvent]:
         events: list[StreamEvent] = []
@@ -85,6 +102,7 @@ class _StreamState:
             if choice.delta is not None:
                 events.extend(self._delta_events(choice.delta))
             if choice.finish_reason:
+                self.finished = True
                 events.append(StopUpdate(_STOP.get(choice.finish_reason, "error")))
         return events
 
@@ -127,16 +145,5 @@ def _usage(usage: Any) -> UsageUpdate:
     )
 
 
-def _error(exc: openai.APIError) -> ProviderError:
-    status = getattr(exc, "status_code", None)
-    body = getattr(exc, "body", None)
-    code = None
-    if isinstance(body, Mapping):
-        error = body.get("error", body)
-        code = error.get("code") if isinstance(error, Mapping) else None
-    message = str(getattr(exc, "message", None) or exc)
-    return ProviderError(
-        f"{type(exc).__name__}: {message}",
-        status=status,
-        overflow=is_context_overflow(message, str(code) if code else None),
-    )
+def _error(exc: Exception, secret: str, *, streaming: bool) -> ProviderError:
+    return classify(exc, openai.APIError, secret=secret, streaming=streaming)

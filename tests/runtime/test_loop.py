@@ -84,7 +84,7 @@ def test_unknown_tools_and_bad_arguments_become_error_results(ws):
     provider = ScriptedProvider(
         calls(
             call("c1", "launch_rockets", "{}", 0),
-            call("c2", "read_file", '{"path": ', 1),
+            call("c2", "read_file", '{"path": 5}', 1),
             call("c3", "read_file", '{"path": "notes.txt", "mode": "x"}', 2),
             call("c4", "read_file", '{"path": "notes.txt"}', 3),
         ),
@@ -104,7 +104,8 @@ def test_unknown_tools_and_bad_arguments_become_error_results(ws):
         "INVALID_ARGUMENTS",
         None,
     ]
-    assert [e.data["arguments"] for e in log.events(sid) if e.type == "tool/call"][1] == '{"path": '
+    arguments = [e.data["arguments"] for e in log.events(sid) if e.type == "tool/call"]
+    assert arguments[1] == '{"path": 5}'
     assert requests_match(log, sid) == 2
 
 

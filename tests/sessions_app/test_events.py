@@ -142,3 +142,13 @@ def test_entry_keys_longer_than_the_store_keeps_are_refused(key):
     entry = {"type": "message", "message": {"role": "user", "content": "x"}, key: "x" * 65}
     with pytest.raises(vocab.EventError, match="longer than 64"):
         vocab.validate_event("user/message", {"entry": entry})
+
+
+def test_request_sent_version_1_reads_as_a_first_attempt():
+    data = {"header_seq": 3, "leaf_entry_id": "a1", "payload_sha256": "0" * 64}
+    assert vocab.load_event("request/sent", 1, dict(data)) == {
+        **data,
+        "attempt": 1,
+        "previous_fault": None,
+    }
+    assert vocab.load_event("request/sent", 2, {**data, "attempt": 3}) == {**data, "attempt": 3}
