@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
 
 from sessions_app.models import Session
@@ -123,55 +121,17 @@ def check_client_event(event_type: str, data: Mapping[str, Any] | None = None) -
         )
 
 
-def workspace_roots() -> list[Path]:
-    """Directories under which a client may place a session's working directory
-    (`settings.STRAND_WORKSPACE_ROOTS`; none by default)."""
-    roots = getattr(settings, "STRAND_WORKSPACE_ROOTS", None) or []
-    return [Path(root).resolve() for root in roots]
-
-
-def default_cwd(user: Any = None) -> str:
-    """A new session's working directory unless another is given: its owner's own folder
-    under the first allowed workspace root (made on demand), or none when no root is set
-    (its tools then report that it has no workspace). Owners do not share folders."""
-    roots = workspace_roots()
-    if not roots:
-        return ""
-    if user is None or not getattr(user, "is_authenticated", False):
-        return str(roots[0])
-    folder = roots[0] / f"user-{user.pk}"
-    folder.mkdir(parents=True, exist_ok=True)
-    return str(folder)
-
-
-def check_cwd(cwd: str) -> str:
-    """The working directory a client asked for, resolved, if it lies under an allowed root.
-
-    The agent's tools read and write inside a session's working directory, so letting a
-    client pick any directory would let it read any file the server can.
-    """
-    if not cwd:
-        return ""
-    if "\x00" in cwd:
-        raise NotAllowed("a working directory must not contain NUL characters")
-    resolved = Path(cwd).resolve()
-    for root in workspace_roots():
-        if resolved == root or root in resolved.parents:
-            return str(resolved)
-    raise NotAllowed(
-        "this working directory is not under an allowed workspace root (STRAND_WORKSPACE_ROOTS)"
-    )
-
-
-def check_preset(name: str | None) -> dict[str, Any] | None:
-    """The preset a client named (None: the default). A client names a preset and never
-    sends one: a preset says where model requests go and which environment variable holds
-    the key, so only the server's own presets (`sessions_app.presets`) may be chosen."""
-    from sessions_app.presets import PresetNotFound, preset_get
+def check_preset(name: str | None) -> str:
+    """The name of the preset a client asked for (None: the default), if the server offers
+    it. A client names a preset and never sends one: a preset says where model requests go
+    and which environment variable holds the key, so only the server's own presets
+    (`sessions_app.presets`) may be chosen, and each turn looks the name up again."""
+    from sessions_app.presets import OFFLINE, PresetNotFound, preset_get
 
     if name is None:
-        return None
+        return OFFLINE
     try:
-        return preset_get(name)
+        preset_get(name)
     except PresetNotFound as exc:
         raise NotAllowed(str(exc)) from None
+    return name

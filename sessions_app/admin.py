@@ -18,8 +18,9 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from sessions_app import access, store
+from sessions_app import access, store, workspaces
 from sessions_app.models import ApiToken, Entry, Event, RequestAudit, Session, SessionDeletion
+from sessions_app.presets import preset_name_of
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -46,9 +47,16 @@ class SessionAdmin(admin.ModelAdmin):
     )
     list_filter = ("created_at", "owner")
     search_fields = ("title", "id", "owner__username")
+    # Nothing of a session is edited here. Its owner, working directory and preset decide
+    # whose files its agent reaches and where its model requests (and keys) go; the path is
+    # shown relative to the owner's folder, as on the pages.
+    exclude = ("cwd",)
     readonly_fields = (
         "id",
         "owner",
+        "working_directory",
+        "preset_name",
+        "preset",
         "created_at",
         "updated_at",
         "last_seq",
@@ -60,6 +68,14 @@ class SessionAdmin(admin.ModelAdmin):
         "token_count",
         "title",
     )
+
+    @admin.display(description="working directory")
+    def working_directory(self, session: Session) -> str:
+        return workspaces.display_cwd(session.owner, session.cwd) or "(none)"
+
+    @admin.display(description="preset name")
+    def preset_name(self, session: Session) -> str:
+        return preset_name_of(session.preset)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Sessions start through the app so that their `session/created` event exists.

@@ -97,7 +97,7 @@ from runtime import (
 )
 from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
 from sessions_app import events as vocab
-from sessions_app import store
+from sessions_app import presets, store, workspaces
 from sessions_app.models import Session
 
 log = logging.getLogger("strand.agent")
@@ -267,10 +267,20 @@ def _head(session_id: str) -> SessionHead:
 
 
 def _setup(session_id: str) -> SessionSetup:
-    row = Session.objects.filter(id=session_id).values_list("preset", "cwd").first()
-    if row is None:
+    """What the session's next turn (or compaction, or summary) runs with, checked now: the
+    server's preset of the name the session recorded, and its working directory if that
+    still lies in its owner's folders. Otherwise the work is refused with the reason
+    (`PresetUnavailable`, `WorkspaceNotAllowed`) before anything is written."""
+    session = (
+        Session.objects.filter(id=session_id)
+        .select_related("owner")
+        .only("preset", "cwd", "owner")
+        .first()
+    )
+    if session is None:
         raise NotFound(f"no session {session_id}")
-    return SessionSetup(dict(row[0] or {}), str(row[1] or ""))
+    preset = presets.preset_for_turn(session.preset)
+    return SessionSetup(preset, workspaces.cwd_for_turn(session.owner, session.cwd))
 
 
 def _append(session_id: str, expected_seq: int, facts: Sequence[NewFact]) -> Appended:

@@ -65,7 +65,17 @@ from projections.trace import pick_turns, project_trace
 from projections.tree import TreeRow
 from runtime import AgentError
 from runtime.config import ConfigError
-from sessions_app import access, agent, pi_io, ratelimit, selectors, services, store, tokens
+from sessions_app import (
+    access,
+    agent,
+    pi_io,
+    ratelimit,
+    selectors,
+    services,
+    store,
+    tokens,
+    workspaces,
+)
 from sessions_app.models import Entry, Session
 from sessions_app.schemas import (
     ENTRY_ID_MAX,
@@ -234,6 +244,10 @@ _STATUS_BY_CODE = {
     "invalid_event": 422,
     "invalid_pi_file": 422,
     "not_allowed": 422,
+    # A working directory outside its owner's folders: asked for, or found at a turn.
+    "workspace_not_allowed": 403,
+    # A session whose preset the server no longer offers: refused at its next turn.
+    "preset_unavailable": 409,
     "rate_limited": 429,
 }
 _CODE_BY_STATUS = {
@@ -435,11 +449,9 @@ def session_list(request: HttpRequest, filters: Query[SessionFilterIn]) -> Any:
 def session_create(request: HttpRequest, body: SessionIn) -> Any:
     user = access.signed_in(_user(request))
     ratelimit.rate_hit(user, "session")
+    preset = access.check_preset(body.preset)
     session = services.session_create(
-        owner=user,
-        title=body.title,
-        cwd=access.check_cwd(body.cwd) if body.cwd else access.default_cwd(user),
-        preset=access.check_preset(body.preset),
+        owner=user, title=body.title, cwd=workspaces.cwd_for(user, body.cwd), preset=preset
     )
     return Status(201, session)
 

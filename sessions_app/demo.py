@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from sessions_app import access, pi_io, services, store
+from sessions_app import pi_io, services, store, workspaces
 from sessions_app.models import Session
 from sessions_app.store import NewEvent
 
@@ -74,7 +74,7 @@ def demo_workspace(owner: Any) -> str:
     Never the project folder: the agent's tools read what is under a session's working
     directory, and the project folder holds the server's secret key.
     """
-    folder = access.default_cwd(owner)
+    folder = workspaces.default_cwd(owner)
     if not folder:
         return ""
     for name, text in DEMO_FILES.items():

@@ -7,7 +7,8 @@ from typing import Any
 
 from django import forms
 
-from sessions_app import access
+from sessions_app import access, workspaces
+from sessions_app.presets import OFFLINE
 from sessions_app.presets import presets as available_presets
 from sessions_app.store import StoreError
 
@@ -16,8 +17,6 @@ MAX_IMPORT_BYTES = 64 * 1024 * 1024
 MAX_LABEL_CHARS = 200
 MAX_INSTRUCTIONS_CHARS = 4_000
 ENTRY_ID_CHARS = 64
-
-OFFLINE = "offline"
 
 
 def preset_choices() -> list[tuple[str, str]]:
@@ -50,20 +49,28 @@ class SessionNewForm(forms.Form):
         field = self.fields["preset"]
         assert isinstance(field, forms.ChoiceField)
         field.choices = preset_choices()
-        self.fields["cwd"].initial = access.default_cwd(user)
+        # Shown relative to the user's own folder: the server's layout is nobody's business.
+        self.fields["cwd"].initial = workspaces.OWN if workspaces.own_folder(user) else ""
 
-    def clean_preset(self) -> dict[str, Any] | None:
+    def clean_preset(self) -> str:
         try:
             return access.check_preset(self.cleaned_data["preset"])
         except StoreError as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean_cwd(self) -> str:
-        value = str(self.cleaned_data.get("cwd") or "") or access.default_cwd(self.user)
+    def clean(self) -> dict[str, Any] | None:
+        # The folder is checked (and made) only once the rest of the form is valid, so that
+        # a refused form writes nothing.
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
         try:
-            return access.check_cwd(value)
+            self.cleaned_data["cwd"] = workspaces.cwd_for(
+                self.user, str(self.cleaned_data.get("cwd") or "")
+            )
         except StoreError as exc:
-            raise forms.ValidationError(str(exc)) from None
+            self.add_error("cwd", str(exc))
+        return self.cleaned_data
 
 
 class SessionImportForm(forms.Form):

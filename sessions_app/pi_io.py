@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
-from sessions_app import services, store
+from sessions_app import services, store, workspaces
 from sessions_app.events import UnknownEventType, event_type_for_entry
 from sessions_app.models import Session
 from sessions_app.store import NewEvent, StoreError
@@ -44,7 +44,7 @@ def pi_import(
     source: IO[bytes],
     owner: User,
     name: str = "",
-    cwd: str | None = "",
+    cwd: str | None = None,
     strict: bool = False,
     on_warning: Callable[[PiWarning], None] | None = None,
     progress: Progress | None = None,
@@ -55,9 +55,10 @@ def pi_import(
     its size. The current leaf ends on the last entry in file order, as when Pi opens it.
 
     `cwd` is the new session's working directory, where its agent's tools may read and
-    write. It is the caller's to choose: a file's own `cwd` (taken when `cwd` is None) names
-    a folder on the machine that wrote it, and trusting it would let an uploaded file point
-    the tools anywhere. The header is kept as it is for the export either way.
+    write: by default the owner's own folder; any other must lie in one of the owner's
+    folders (`workspaces`). A file's own `cwd` is never used: it names a folder on the
+    machine that wrote it, and trusting it would let an uploaded file point the tools
+    anywhere. The header is kept as it is for the export.
     """
     warnings: list[PiWarning] = []
 
@@ -75,7 +76,7 @@ def pi_import(
             session = services.session_create(
                 owner=owner,
                 title=name,
-                cwd=str(header.get("cwd") or "") if cwd is None else cwd,
+                cwd=workspaces.default_cwd(owner) if cwd is None else cwd,
                 source="import:pi",
                 pi_header=header,
             )
@@ -267,6 +268,7 @@ def _header(session: Session) -> dict[str, Any]:
         "version": 3,
         "id": str(session.id),
         "timestamp": store.js_iso(timestamp),
-        "cwd": session.cwd,
+        # As its users see it (`~/project`): never the server's own path.
+        "cwd": workspaces.display_cwd(session.owner, session.cwd),
         **({"parentSession": str(session.parent_id)} if session.parent_id else {}),
     }

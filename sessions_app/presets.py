@@ -1,8 +1,13 @@
-"""Agent presets: the provider, model, prompt and tools a new session runs with.
+"""Agent presets: the provider, model, prompt and tools a session runs with.
 
-A preset is a plain dict, copied onto the session when it is created (so a session keeps
-running with what it was created with). It never holds a secret: an API key is read, when a
-turn starts, from the environment variable the preset names in `api_key_env`.
+Presets are the server's. A session records the NAME of its preset (`preset["name"]` on the
+session; the rest of that dict is a snapshot of what the preset was when the session was
+made, kept for display only). Every turn, compaction and summary resolves the name again
+from this module (`preset_for_turn`), so no stored value can choose a base URL or which
+environment variable is sent as a key; a session whose preset the server no longer offers
+is refused at its next turn (`PresetUnavailable`). A preset never holds a secret: an API
+key is read, when a turn starts, from the environment variable the preset names in
+`api_key_env`.
 
 Built in:
 
@@ -46,18 +51,35 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from sessions_app.services import DEFAULT_PRESET
 from sessions_app.store import StoreError
+
+OFFLINE = "offline"
+
+# The built-in preset; its fields also fill in whatever a configured preset leaves out.
+DEFAULT_PRESET: dict[str, Any] = {
+    "name": OFFLINE,
+    "provider": "offline",
+    "model": "strand-offline-1",
+    "system_prompt": "You are a helpful assistant working in the user's project directory.",
+    "tools": ["read_file", "list_files", "grep", "write_file"],
+    "thinking_level": "off",
+}
 
 
 class PresetNotFound(StoreError):
     code = "not_found"
 
 
+class PresetUnavailable(StoreError):
+    """A session's preset that the server no longer offers: its turns are refused."""
+
+    code = "preset_unavailable"
+
+
 def presets(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Every preset by name: the built-in one, then those from the environment."""
     env = os.environ if environ is None else environ
-    found: dict[str, dict[str, Any]] = {"offline": dict(DEFAULT_PRESET)}
+    found: dict[str, dict[str, Any]] = {OFFLINE: dict(DEFAULT_PRESET)}
     if env.get("STRAND_OPENAI_API_KEY") or env.get("STRAND_OPENAI_BASE_URL"):
         found["openai"] = {
             "provider": "openai",
@@ -94,10 +116,38 @@ def presets(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any
 
 
 def preset_get(name: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The preset called `name`, ready for `session_create(preset=...)`."""
+    """The preset called `name`, as configured."""
     available = presets(environ)
     if name not in available:
         raise PresetNotFound(
             f"no preset named {name!r} (available: {', '.join(sorted(available))})"
         )
     return available[name]
+
+
+def preset_resolve(name: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The preset called `name` with the defaults filled in: what a session naming it runs
+    with now, and the snapshot a new session records."""
+    return {**DEFAULT_PRESET, **preset_get(name, environ)}
+
+
+def preset_name_of(snapshot: Mapping[str, Any] | None) -> str:
+    """The preset name a session recorded (sessions made before presets had names run with
+    the built-in one)."""
+    name = (snapshot or {}).get("name")
+    return name if isinstance(name, str) and name else OFFLINE
+
+
+def preset_for_turn(snapshot: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a session's next turn runs with: the server's preset of the recorded name. The
+    rest of the stored snapshot is never read here."""
+    name = preset_name_of(snapshot)
+    try:
+        return preset_resolve(name)
+    except PresetNotFound:
+        available = ", ".join(sorted(presets()))
+        raise PresetUnavailable(
+            f"This session's preset {name!r} is no longer offered by this server, so its agent "
+            f"cannot run (offered: {available}). Start a new session with one of those, or "
+            "ask an operator to restore the preset."
+        ) from None

@@ -24,6 +24,8 @@ from ninja.schema import DjangoGetter
 from pydantic import model_validator
 
 from projections.trace import DEFAULT_PAGE_TURNS
+from sessions_app.presets import preset_name_of
+from sessions_app.workspaces import display_cwd
 
 # --- limits --------------------------------------------------------------------------------
 
@@ -132,7 +134,10 @@ class SessionIn(Schema):
         None, max_length=NAME_MAX, description="A preset name offered by the server"
     )
     cwd: str = Field(
-        "", max_length=CWD_MAX, description="Working directory under an allowed workspace root"
+        "",
+        max_length=CWD_MAX,
+        description="Working directory: `~` (your own folder, the default), `~/project` or "
+        "`project` (a folder in it), `@label/…` (a folder an operator granted you)",
     )
 
 
@@ -156,8 +161,9 @@ class SessionOut(Schema):
     owner: str
     created_at: datetime
     updated_at: datetime
-    cwd: str
-    preset: dict[str, Any]
+    cwd: str = Field(..., description="Relative to the owner's folder: `~`, `~/project`, `@label`")
+    preset_name: str = Field(..., description="The server's preset each turn runs with")
+    preset: dict[str, Any] = Field(..., description="What that preset was when the session began")
     parent_id: uuid.UUID | None
     fork_point: str | None
     last_seq: int
@@ -172,6 +178,14 @@ class SessionOut(Schema):
     @staticmethod
     def resolve_owner(obj: Any) -> str:
         return str(obj.owner.get_username())
+
+    @staticmethod
+    def resolve_cwd(obj: Any) -> str:
+        return display_cwd(obj.owner, obj.cwd)
+
+    @staticmethod
+    def resolve_preset_name(obj: Any) -> str:
+        return preset_name_of(obj.preset)
 
     @staticmethod
     def resolve_turn_status(obj: Any) -> str | None:

@@ -11,20 +11,14 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from sessions_app import store
+from sessions_app import store, workspaces
+from sessions_app.access import NotAllowed
 from sessions_app.models import Session, SessionDeletion
+from sessions_app.presets import DEFAULT_PRESET as DEFAULT_PRESET  # re-exported
+from sessions_app.presets import OFFLINE, PresetNotFound, preset_name_of, preset_resolve
 from sessions_app.store import NewEvent, StoreError
 
 log = logging.getLogger("strand.sessions")
-
-DEFAULT_PRESET: dict[str, Any] = {
-    "name": "offline",
-    "provider": "offline",
-    "model": "strand-offline-1",
-    "system_prompt": "You are a helpful assistant working in the user's project directory.",
-    "tools": ["read_file", "list_files", "grep", "write_file"],
-    "thinking_level": "off",
-}
 
 
 def user_get_or_create_local(*, username: str | None = None) -> User:
@@ -49,16 +43,26 @@ def session_create(
     owner: User,
     title: str = "",
     cwd: str = "",
-    preset: Mapping[str, Any] | None = None,
+    preset: str | None = None,
     source: str = "new",
     parent: Session | None = None,
     fork_point: str | None = None,
     pi_header: Mapping[str, Any] | None = None,
 ) -> Session:
-    """A new session with its `session/created` event at seq 0."""
+    """A new session with its `session/created` event at seq 0.
+
+    `preset` names one of the server's presets (default: offline); the session records the
+    name with a snapshot of the preset for display. `cwd` must be "" (no workspace) or lie
+    in one of the owner's folders (`workspaces`), whoever asks.
+    """
     if len(title) > 500:
         raise StoreError("title is longer than 500 characters")
-    chosen = {**DEFAULT_PRESET, **(preset or {})}
+    name = preset or OFFLINE
+    try:
+        chosen = preset_resolve(name)
+    except PresetNotFound as exc:
+        raise NotAllowed(str(exc)) from None
+    cwd = workspaces.check_owned_cwd(owner, cwd)
     with transaction.atomic():
         session = Session.objects.create(
             owner=owner,
@@ -70,7 +74,9 @@ def session_create(
         )
         data: dict[str, Any] = {
             "title": title,
-            "cwd": cwd,
+            # As its users see it: the log is read through the API and the pages.
+            "cwd": workspaces.display_cwd(owner, cwd),
+            "preset_name": name,
             "preset": chosen,
             "source": source,
             "parent_session": str(parent.id) if parent else None,
@@ -113,7 +119,11 @@ def session_move_leaf(
 def session_fork(
     *, session: Session, entry_id: str, owner: User, title: str | None = None
 ) -> Session:
-    """A new session holding the root→entry path, as Pi's /fork does.
+    """A new session of `owner` holding the root→entry path, as Pi's /fork does.
+
+    A fork by the session's owner keeps its working directory; a fork by anyone else (staff
+    may fork what they may read) works in the forker's own folder, never the owner's. It
+    keeps the preset's name either way.
 
     Label entries are left out of the copied path and re-applied at its end, as Pi does, so
     the new session carries the labels of the entries it copied.
@@ -122,12 +132,13 @@ def session_fork(
     if not path:
         raise StoreError(f"{entry_id!r} is not an entry of session {session.id}")
     labels = _labels_on(session.id, {e.id for e in path})
+    own = session.owner_id == owner.pk
     with transaction.atomic():
         fork = session_create(
             owner=owner,
             title=title if title is not None else f"{session.title or 'Session'} (fork)",
-            cwd=session.cwd,
-            preset=session.preset,
+            cwd=session.cwd if own else workspaces.default_cwd(owner),
+            preset=preset_name_of(session.preset),
             source="fork",
             parent=session,
             fork_point=entry_id,

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -17,3 +20,18 @@ def alice(django_user_model):
 @pytest.fixture
 def bob(django_user_model):
     return django_user_model.objects.create_user(username="bob", password="bob-pass-1234")
+
+
+@pytest.fixture
+def serve_preset(monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Offer a preset in the server's configuration (`STRAND_PRESETS`) for this test and
+    return its name. Presets are the server's: a test that needs other settings serves a
+    preset and names it, as an operator would, rather than storing one on a session."""
+
+    def serve(name: str, /, **preset: Any) -> str:
+        offered = json.loads(os.environ.get("STRAND_PRESETS") or "{}")
+        offered[name] = preset
+        monkeypatch.setenv("STRAND_PRESETS", json.dumps(offered))
+        return name
+
+    return serve

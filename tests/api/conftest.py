@@ -18,17 +18,15 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sessions_app import agent, services, store, tokens
+from sessions_app import agent, services, store, tokens, workspaces
 from sessions_app.models import Session
 from sessions_app.store import NewEvent
 
 CSRF_SECRET = "A" * 32  # a CSRF cookie value Django accepts; the header repeats it
 
-OFFLINE_PRESET: dict[str, Any] = {
-    **services.DEFAULT_PRESET,
-    # Small enough that a few messages can be compacted on request.
-    "keep_recent_tokens": 10,
-}
+# The name of a preset the server offers in these tests (`served_presets`): the offline
+# model, with a kept window small enough that a few messages can be compacted on request.
+OFFLINE_PRESET = "offline-small"
 
 
 def user_msg(text: str) -> NewEvent:
@@ -111,14 +109,26 @@ def anonymous() -> Api:
     return Api(Client())
 
 
+@pytest.fixture(autouse=True)
+def served_presets(serve_preset: Any) -> None:
+    serve_preset(OFFLINE_PRESET, **{**services.DEFAULT_PRESET, "keep_recent_tokens": 10})
+
+
 @pytest.fixture
-def workspace(tmp_path: Path, settings: Any) -> Path:
-    """A working directory under an allowed workspace root."""
-    root = tmp_path / "ws"
+def workspace_root(tmp_path: Path, settings: Any) -> Path:
+    """The workspace root: each user's own folder is `user-<id>` in it."""
+    root = tmp_path / "workspaces"
     root.mkdir()
-    (root / "notes.txt").write_text("hello world\n")
-    settings.STRAND_WORKSPACE_ROOTS = [str(tmp_path)]
+    settings.STRAND_WORKSPACE_ROOTS = [str(root)]
     return root
+
+
+@pytest.fixture
+def workspace(workspace_root: Path, alice: Any) -> Path:
+    """Alice's own folder, with a file: where her sessions work."""
+    folder = Path(workspaces.default_cwd(alice))
+    (folder / "notes.txt").write_text("hello world\n")
+    return folder
 
 
 @pytest.fixture

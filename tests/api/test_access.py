@@ -314,7 +314,7 @@ def test_staff_read_request_headers_with_system_prompts_others_do_not(
 ) -> None:
     """System prompts and tool schemas live in request headers; they follow the session."""
     path = f"/sessions/{world.session.id}/views/requests/{world.seq}"
-    prompt = OFFLINE_PRESET["system_prompt"]
+    prompt = services.DEFAULT_PRESET["system_prompt"]
     seen = body_of(as_carol.get(path))
     assert seen["system_prompt"].startswith(prompt)
     assert {tool["name"] for tool in seen["tools"]} >= {"read_file", "write_file"}

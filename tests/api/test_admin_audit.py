@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 from django.utils.html import escape
 
-from sessions_app import agent, services
+from sessions_app import agent, services, workspaces
 from sessions_app.models import RequestAudit, Session
 from tests.api.conftest import OFFLINE_PRESET, wait_idle
 
@@ -34,7 +34,7 @@ def run_turn(owner: Any, title: str, text: str, cwd: Path) -> Session:
 def audited(alice: Any, bob: Any, workspace: Path) -> tuple[Session, Session]:
     return (
         run_turn(alice, "Alice audited", f"read notes.txt {HOSTILE}", workspace),
-        run_turn(bob, "Bob audited", "hello there", workspace),
+        run_turn(bob, "Bob audited", "hello there", Path(workspaces.default_cwd(bob))),
     )
 
 
@@ -102,7 +102,7 @@ def test_one_request_shows_its_exact_context(
     assert page.status_code == 200
     html = page.content.decode()
     assert "matches" in html and "does not match" not in html
-    assert escape(OFFLINE_PRESET["system_prompt"]) in html
+    assert escape(services.DEFAULT_PRESET["system_prompt"]) in html
     assert "read_file" in html and "write_file" in html  # the tool schemas
     assert "&lt;script&gt;alert(&#x27;audit&#x27;)&lt;/script&gt;" in html
     assert HOSTILE not in html

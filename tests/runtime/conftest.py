@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from projections.request import project_request
-from sessions_app import agent, services, store
+from sessions_app import agent, services, store, workspaces
 from sessions_app.models import Session
 
 OFFLINE = {
@@ -45,9 +45,17 @@ def _stop_runs(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
+def owner(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch, owner: Any) -> Path:
+    """The owner's own folder (a session's working directory must be in it), here and in
+    the server processes a test starts."""
+    settings.STRAND_WORKSPACE_ROOTS = [str(tmp_path / "workspaces")]
+    monkeypatch.setenv("STRAND_WORKSPACE_ROOTS", str(tmp_path / "workspaces"))
+    root = Path(workspaces.default_cwd(owner))
     (root / "notes.txt").write_text("hello world\nTODO: water the plants\n")
     (root / "src").mkdir()
     (root / "src" / "app.py").write_text("print('hi')  # TODO: more\n")
@@ -55,15 +63,20 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_session(django_user_model: Any, workspace: Path) -> Any:
-    owner = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+def make_session(owner: Any, workspace: Path, serve_preset: Any) -> Any:
+    """A session of the owner's in their folder, whose preset (the offline one, with any
+    settings given) the server offers under a name of its own."""
+    served = 0
 
     def make(cwd: Path | str | None = None, **preset: Any) -> Session:
+        nonlocal served
+        served += 1
+        name = serve_preset(f"test-{served}", **{**OFFLINE, **preset})
         return services.session_create(
             owner=owner,
             title="t",
             cwd=str(cwd if cwd is not None else workspace),
-            preset={**OFFLINE, **preset},
+            preset=name,
         )
 
     return make

@@ -5,12 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from sessions_app import store
+from sessions_app import services, store, workspaces
 from sessions_app.models import Session
 from sessions_app.presets import preset_get, presets
 from sessions_app.store import StoreError
@@ -18,23 +19,30 @@ from sessions_app.store import StoreError
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_session_new_with_a_preset_from_the_environment(monkeypatch, capsys, tmp_path):
+def test_session_new_with_a_preset_from_the_environment(monkeypatch, capsys, tmp_path, settings):
     monkeypatch.setenv(
         "STRAND_PRESETS",
         json.dumps(
             {"local": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "qwen"}}
         ),
     )
-    monkeypatch.chdir(tmp_path)
+    settings.STRAND_WORKSPACE_ROOTS = [str(tmp_path)]
+    folder = Path(workspaces.default_cwd(services.user_get_or_create_local())) / "project"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
     call_command("session_new", "--preset", "local", "--cwd", ".")
     session = Session.objects.get(id=capsys.readouterr().out.strip())
     assert session.preset["name"] == "local" and session.preset["provider"] == "openai"
     assert session.preset["model"] == "qwen" and session.preset["tools"]  # defaults filled in
-    assert session.cwd == str(tmp_path)
+    assert session.cwd == str(folder)
     with pytest.raises(
         CommandError, match="no preset named 'nope' \\(available: local, offline\\)"
     ):
         call_command("session_new", "--preset", "nope")
+    # The command follows the API's rule: no folder outside the owner's own.
+    with pytest.raises(CommandError, match="must be your own folder"):
+        call_command("session_new", "--cwd", str(tmp_path))
+    assert Session.objects.count() == 1
 
 
 def test_send_prints_the_streamed_reply(make_session):
@@ -52,7 +60,7 @@ def test_send_fails_in_one_line_and_writes_nothing(make_session):
     with pytest.raises(CommandError) as info:
         call_command("send", str(session.id), "hi")
     assert str(info.value) == (
-        "preset 'offline': the environment variable STRAND_NO_SUCH_KEY (its API key) is not set"
+        "preset 'test-1': the environment variable STRAND_NO_SUCH_KEY (its API key) is not set"
     )
     assert store.events_after(session.id) == before
 

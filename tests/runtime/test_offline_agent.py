@@ -21,7 +21,7 @@ from projections.trace import project_trace
 from sessions_app import agent, store
 from sessions_app.models import Session
 from sessions_app.pi_io import pi_export_lines
-from tests.runtime.conftest import assert_requests_match, types_after, wait_done
+from tests.runtime.conftest import OFFLINE, assert_requests_match, types_after, wait_done
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,15 +103,15 @@ def test_a_message_runs_a_turn_with_parallel_tools(make_session):
     assert [(t.name, t.status) for t in tools] == [("read_file", "ok"), ("grep", "ok")]
 
 
-def test_the_header_is_written_only_when_it_changes(make_session):
+def test_the_header_is_written_only_when_it_changes(make_session, serve_preset):
     session = make_session()
     agent.agent_send_message(session.id, "hello")
     wait_done(session)
     agent.agent_send_message(session.id, "hello again")
     wait_done(session)
     assert [h.data["reason"] for h in of_type(session, "request/header")] == ["initial"]
-    preset = {**session.preset, "system_prompt": "Answer in French."}
-    Session.objects.filter(id=session.id).update(preset=preset)
+    # The operator changes the preset the session names: its next turn runs with it.
+    serve_preset(session.preset["name"], **{**OFFLINE, "system_prompt": "Answer in French."})
     agent.agent_send_message(session.id, "bonjour")
     wait_done(session)
     headers = of_type(session, "request/header")
@@ -355,16 +355,15 @@ def test_automatic_compaction_when_the_context_outgrows_the_window(make_session)
     assert assert_requests_match(session) == len(of_type(session, "assistant/message"))
 
 
-def test_overflow_from_the_model_compacts_and_retries(make_session, workspace):
+def test_overflow_from_the_model_compacts_and_retries(make_session, workspace, serve_preset):
     (workspace / "big.txt").write_text("a line of a long file\n" * 200)
-    session = make_session(
-        context_window=5000, reserve_tokens=100, keep_recent_tokens=10, auto_compact=False
-    )
+    settings = {"reserve_tokens": 100, "keep_recent_tokens": 10, "auto_compact": False}
+    session = make_session(context_window=5000, **settings)
     agent.agent_send_message(session.id, "read big.txt")
     wait_done(session)
     # The model's window shrinks (say the preset moved to a smaller model): the next
     # request no longer fits, the model refuses it, and the turn compacts and retries.
-    Session.objects.filter(id=session.id).update(preset={**session.preset, "context_window": 1200})
+    serve_preset(session.preset["name"], **{**OFFLINE, "context_window": 1200, **settings})
     agent.agent_send_message(session.id, "and now?")
     assert [e.reason for e in wait_done(session)] == ["completed"]
     turn2 = [e for e in events(session) if e.turn == 2]

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import services
+from sessions_app import services, workspaces
 from sessions_app.agent import agent_wait
 from sessions_app.models import Entry, Event, Session
 from tests.web.conftest import client_for
@@ -24,10 +24,12 @@ pytestmark = [
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, settings: Any) -> Path:
+def workspace(tmp_path: Path, settings: Any, alice: User) -> Path:
+    """Alice's own folder: where her sessions work."""
     settings.STRAND_WORKSPACE_ROOTS = [str(tmp_path)]
-    (tmp_path / "README.md").write_text("# Hello from the workspace\n")
-    return tmp_path
+    folder = Path(workspaces.default_cwd(alice))
+    (folder / "README.md").write_text("# Hello from the workspace\n")
+    return folder
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -8,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from projections.pi_file import PiWarning
-from sessions_app import pi_io, services
+from sessions_app import pi_io, services, workspaces
 from sessions_app.management.base import StrandCommand
 
 
@@ -27,11 +28,17 @@ class Command(StrandCommand):
         parser.add_argument(
             "--cwd",
             default=None,
-            help="the sessions' working directory (default: the cwd each file names)",
+            help="the sessions' working directory: the owner's own folder (the default) or a "
+            "folder in it or granted to them (STRAND_WORKSPACE_GRANTS); never the cwd a file names",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         owner = services.user_by_name(options["owner"])
+        # The command follows the rule the API does: an operator who wants a session
+        # elsewhere grants the folder to its owner first. A relative --cwd is the shell's.
+        cwd = options["cwd"]
+        if cwd is not None:
+            cwd = workspaces.cwd_for(owner, os.path.abspath(cwd))
         paths = [Path(f) for f in options["files"]]
         for path in paths:
             if not path.is_file():
@@ -44,7 +51,7 @@ class Command(StrandCommand):
                         source=source,
                         owner=owner,
                         name=path.stem,
-                        cwd=options["cwd"],
+                        cwd=cwd,
                         strict=options["strict"],
                         on_warning=partial(self._warn, path),
                         progress=bar.update,

@@ -1,0 +1,191 @@
+"""Workspaces belong to their owner: where a session's agent may read and write.
+
+A session's working directory is its owner's own folder, `user-<pk>` under the first of
+`STRAND_WORKSPACE_ROOTS`, or a folder inside it. The rule is checked on real paths (links
+and `..` resolved), when a session is made (every door: the API, the page, Pi import, fork,
+the commands) and again when each turn, compaction or summary starts, so a session made
+before the rule, or a folder swapped for a link since, is refused then with a clear message
+rather than silently moved. A session with no working directory ("") is allowed: its
+agent's file tools report that it has no workspace.
+
+Operators may grant a user further folders with `STRAND_WORKSPACE_GRANTS`, a setting (or,
+when settings do not define it, an environment variable) holding JSON: user name → a list
+of folders, or an object of folders by label::
+
+    {"alice": ["/srv/datasets/shared"], "bob": {"corpus": "/srv/corpus"}}
+
+A granted folder is labelled by its own name unless given a label. Users cannot grant
+themselves anything.
+
+What users see is relative: `~` is the owner's own folder (`~/project` a folder inside it),
+`@label` a granted folder. The server's absolute paths are never shown, and users may type
+these forms (or a path relative to their folder) where a working directory is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from sessions_app.store import StoreError
+
+OWN = "~"
+# What a session shows for a working directory that is in none of its owner's folders.
+OUTSIDE = "(outside its owner's folder)"
+
+
+class WorkspaceNotAllowed(StoreError):
+    """A working directory that is not its owner's own folder, inside it, or granted."""
+
+    code = "workspace_not_allowed"
+
+
+def workspace_roots() -> list[Path]:
+    """`settings.STRAND_WORKSPACE_ROOTS`, resolved. Users' own folders are under the first."""
+    roots = getattr(settings, "STRAND_WORKSPACE_ROOTS", None) or []
+    return [Path(os.path.realpath(root)) for root in roots]
+
+
+def own_folder(user: Any) -> Path | None:
+    """`user`'s own folder (it may not exist yet); None without a workspace root."""
+    roots = workspace_roots()
+    if not roots or user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return roots[0] / f"user-{user.pk}"
+
+
+def default_cwd(user: Any) -> str:
+    """A new session's working directory unless another is asked for: its owner's own
+    folder, made on demand; "" (no workspace) when no root is configured."""
+    folder = own_folder(user)
+    if folder is None:
+        return ""
+    folder.mkdir(parents=True, exist_ok=True)
+    return os.path.realpath(folder)
+
+
+def _grants_setting() -> Any:
+    configured = getattr(settings, "STRAND_WORKSPACE_GRANTS", None)
+    if configured is not None:
+        return configured
+    raw = os.environ.get("STRAND_WORKSPACE_GRANTS") or "{}"
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise StoreError(f"STRAND_WORKSPACE_GRANTS is not valid JSON: {exc}") from None
+
+
+def workspace_grants(user: Any) -> dict[str, Path]:
+    """The folders an operator granted `user`, by label."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return {}
+    grants = _grants_setting()
+    if not isinstance(grants, dict):
+        raise StoreError("STRAND_WORKSPACE_GRANTS must be a JSON object of user names")
+    mine = grants.get(user.get_username()) or {}
+    if isinstance(mine, list):
+        mine = {Path(str(folder)).name: folder for folder in mine}
+    if not isinstance(mine, dict) or not all(isinstance(f, str) for f in mine.values()):
+        raise StoreError(
+            "STRAND_WORKSPACE_GRANTS: each user's grants must be a list of folders or an "
+            "object of folders by label"
+        )
+    return {str(label): Path(os.path.realpath(folder)) for label, folder in mine.items()}
+
+
+def allowed_folders(user: Any) -> list[tuple[str, Path]]:
+    """Where `user`'s sessions may work, each with the name users see: their own folder
+    (`~`) and each granted folder (`@label`)."""
+    folders: list[tuple[str, Path]] = []
+    own = own_folder(user)
+    if own is not None:
+        folders.append((OWN, Path(os.path.realpath(own))))
+    folders.extend((f"@{label}", path) for label, path in workspace_grants(user).items())
+    return folders
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_owned_cwd(owner: Any, cwd: str) -> str:
+    """`cwd`'s real path, if it is one of `owner`'s folders or lies inside one; "" stays ""
+    (no workspace). Anything else (another user's folder, a workspace root itself, a path
+    whose links or `..` lead out) raises WorkspaceNotAllowed."""
+    if not cwd:
+        return ""
+    if "\x00" in cwd:
+        raise WorkspaceNotAllowed("a working directory must not contain NUL characters")
+    if not os.path.isabs(cwd):
+        raise WorkspaceNotAllowed("a working directory must be an absolute path")
+    real = Path(os.path.realpath(cwd))
+    if any(_inside(real, folder) for _, folder in allowed_folders(owner)):
+        return str(real)
+    raise WorkspaceNotAllowed(
+        "a session's working directory must be your own folder (~) or a folder inside it"
+        + (", or a folder granted to you" if workspace_grants(owner) else "")
+    )
+
+
+def cwd_for(user: Any, asked: str) -> str:
+    """The working directory `user` asked for (typed in the form, sent to the API), checked
+    and made if missing. Empty: their own folder. `~`, `~/x` or a relative `x`: in their
+    own folder; `@label/x`: in a granted folder; an absolute path: as it resolves."""
+    asked = asked.strip()
+    if not asked:
+        return default_cwd(user)
+    if "\x00" in asked:
+        raise WorkspaceNotAllowed("a working directory must not contain NUL characters")
+    if asked.startswith("@"):
+        label, _, rest = asked[1:].partition("/")
+        granted = workspace_grants(user)
+        if label not in granted:
+            raise WorkspaceNotAllowed(f"no folder @{label} is granted to you")
+        path = granted[label] / rest if rest else granted[label]
+    elif os.path.isabs(asked):
+        path = Path(asked)
+    else:
+        base = default_cwd(user)
+        if not base:
+            raise WorkspaceNotAllowed("no workspace root is configured (STRAND_WORKSPACE_ROOTS)")
+        own = asked == OWN or asked.startswith(OWN + "/")
+        path = Path(base) / (asked[len(OWN) :].lstrip("/") if own else asked)
+    checked = check_owned_cwd(user, str(path))
+    try:
+        Path(checked).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        shown = display_cwd(user, checked)
+        raise StoreError(f"cannot use {shown} as a working directory: {exc.strerror}") from None
+    return checked
+
+
+def cwd_for_turn(owner: Any, cwd: str) -> str:
+    """The real path a session's next turn works in, checked again: a session made before
+    the rule, or whose folder became a link since, is refused here, not silently moved."""
+    try:
+        return check_owned_cwd(owner, cwd)
+    except WorkspaceNotAllowed:
+        raise WorkspaceNotAllowed(
+            "This session's working directory is outside its owner's folder, so its agent "
+            "may not run in it. Start a new session (it works in your own folder, ~), or ask "
+            "an operator to grant that folder."
+        ) from None
+
+
+def display_cwd(owner: Any, cwd: str) -> str:
+    """A working directory as users see it: `~`, `~/project`, `@label/x`, or OUTSIDE; ""
+    when the session has none. Never the server's path. (Stored paths are real paths, so
+    this compares them as they are and reads nothing from the disk but the roots.)"""
+    if not cwd:
+        return ""
+    path = Path(cwd)
+    for name, folder in allowed_folders(owner):
+        if path == folder:
+            return name
+        if folder in path.parents:
+            return f"{name}/{path.relative_to(folder).as_posix()}"
+    return OUTSIDE
