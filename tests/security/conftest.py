@@ -5,3 +5,7 @@ test, Bob is another user, Carol is staff).
 """
 
 from tests.api.conftest import *  # noqa: F403
+from tests.api.conftest import _agent_engine, _fast_offline, _stop_runs  # noqa: F401
+
+# (A star import leaves out the autouse fixtures above: the engine that runs turns, fast
+# offline streaming, and stopping runs between tests.)
