@@ -378,6 +378,13 @@ class _EventFacts:
         return facts
 
 
+def tool_facts(events: Iterable[EventRecord]) -> tuple[dict[str, str], dict[str, str]]:
+    """What events add to the tool calls of the chat: (tool result entry id → error code,
+    call id → approval state), for a door that draws the calls itself (the HTML export)."""
+    facts = _EventFacts.collect(events)
+    return facts.error_codes, facts.approvals
+
+
 def _turn_number(event: EventRecord) -> int | None:
     value = event.data.get("turn", event.turn)
     return value if isinstance(value, int) else None

@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
+from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
 from sessions_app.events import UnknownEventType, event_type_for_entry
 from sessions_app.models import Session
@@ -251,10 +252,14 @@ def file_size(source: IO[bytes]) -> int:
 # --- export -------------------------------------------------------------------------------
 
 
-def pi_export_lines(session: Session) -> Iterable[str]:
+def pi_export_lines(
+    session: Session, entries: Iterable[EntryRecord] | None = None
+) -> Iterable[str]:
     """A v3 Pi file of the session: the header, then its entries in the order they were
-    appended. A session imported from Pi keeps its original header (id, cwd, timestamp)."""
-    return export_lines(_header(session), (e.data for e in store.entries_of(session.id)))
+    appended. A session imported from Pi keeps its original header (id, cwd, timestamp).
+    `entries`: all of the session's entries, when the caller has read them already."""
+    found = store.entries_of(session.id) if entries is None else entries
+    return export_lines(_header(session), (e.data for e in found))
 
 
 def _header(session: Session) -> dict[str, Any]:

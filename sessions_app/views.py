@@ -435,11 +435,12 @@ EXPORT_CONTENT_SECURITY_POLICY = (
 
 @login_required
 @require_GET
-def session_export_html(request: HttpRequest, session_id: Any) -> HttpResponse:
+def session_export_html(request: HttpRequest, session_id: Any) -> StreamingHttpResponse:
     from sessions_app import html_export  # it reads through this module's page reads
 
     session = _session_or_404(request, session_id)
-    response = HttpResponse(html_export.export_html(session), content_type="text/html")
+    chunks = html_export.export_stream(session, request)
+    response = StreamingHttpResponse(chunks, content_type="text/html; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{_filename(session)}.html"'
     response["Content-Security-Policy"] = EXPORT_CONTENT_SECURITY_POLICY
     return response

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -250,15 +251,36 @@ def test_resend_refuses_anything_but_a_user_message(talk: Session) -> None:
 # --- exports -------------------------------------------------------------------------------
 
 
+def exported(owner: User, session: Session) -> str:
+    response = client_for(owner).get(reverse("session-export-html", args=[session.id]))
+    assert response.status_code == 200 and response.streaming
+    return b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+
+
 def test_html_export_is_self_contained(alice: User) -> None:
+    from sessions_app import pi_io
+
     session = imported(alice)
     response = client_for(alice).get(reverse("session-export-html", args=[session.id]))
-    html = response.content.decode()
-    assert response.status_code == 200
     assert response["Content-Disposition"].startswith('attachment; filename="imported-')
-    assert "<style>" in html and 'id="pi-jsonl"' in html
+    html = exported(alice, session)
+    assert "<style>" in html
     assert not re.search(r'<(script|link|img)[^>]+(src|href)="(https?:)?//', html)
-    assert "<template data-chat=" in html  # other branches, shown from the tree
+    # Each entry is in the file once, as its Pi line, which the file's script draws from.
+    data = re.search(r'<script type="application/x-ndjson" id="pi-jsonl">([^<]*)</script>', html)
+    assert data is not None
+    lines = data.group(1).splitlines()
+    assert [json.loads(line) for line in lines] == [
+        json.loads(line) for line in pi_io.pi_export_lines(session)
+    ]
+    assert "<template" not in html
+    # The tree's rows are data for the script: one per entry, with its indent as a number.
+    tree = re.search(r'<script type="application/json" id="tree-data">([^<]*)</script>', html)
+    assert tree is not None
+    rows = json.loads(tree.group(1))["rows"]
+    ids = sorted(row[0] for row in rows)
+    assert ids == sorted(Entry.objects.filter(session=session).values_list("entry_id", flat=True))
+    assert all(isinstance(row[2], int) for row in rows)
 
 
 def test_jsonl_export_round_trips_the_entries(talk: Session) -> None:
@@ -288,7 +310,7 @@ def test_hostile_content_is_escaped_in_every_view_and_the_export(alice: User) ->
     client = client_for(alice)
     pages = [client.get(page(session, f"?view={v}")).content for v in ("chat", "trace", "context")]
     pages.append(client.get("/").content)
-    pages.append(client.get(reverse("session-export-html", args=[session.id])).content)
+    pages.append(exported(alice, session).encode())
     for html in (p.decode() for p in pages):
         assert '<script>alert("x")' not in html
         assert "<img src=x" not in html
