@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from projections.context import path_to_root
+from projections.faults import FaultView, fault_view
 from projections.records import EntryRecord, EventRecord
 
 # Error codes that the runtime and crash recovery give to tool results that did not run
@@ -155,6 +156,8 @@ class AssistantItem:
     error_message: str | None
     usage: Usage | None
     notice: Notice | None
+    # A failed reply (stopReason "error"): what failed and after how many attempts.
+    fault: FaultView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +351,7 @@ class _EventFacts:
     approvals: dict[str, str] = field(default_factory=dict)  # call id → asked / outcome
     entry_turns: dict[str, int] = field(default_factory=dict)  # entry id → turn
     turn_ends: dict[int, EventRecord] = field(default_factory=dict)
+    faults: dict[str, Any] = field(default_factory=dict)  # reply entry id → recorded fault
 
     @classmethod
     def collect(cls, events: Iterable[EventRecord]) -> _EventFacts:
@@ -363,6 +367,8 @@ class _EventFacts:
                 facts.entry_turns[event.entry_id] = turn
             if event.type == "tool/result" and event.entry_id and data.get("error_code"):
                 facts.error_codes[event.entry_id] = str(data["error_code"])
+            elif event.type == "assistant/message" and event.entry_id and data.get("fault"):
+                facts.faults[event.entry_id] = data["fault"]
             elif event.type == "approval/asked":
                 approval_calls[str(data.get("approval_id"))] = str(data.get("call_id"))
                 facts.approvals[str(data.get("call_id"))] = "asked"
@@ -634,6 +640,11 @@ def _assistant_item(
         error_message=message.get("errorMessage"),
         usage=Usage.from_message(message),
         notice=_stop_notice(stop_reason, message.get("errorMessage")),
+        fault=(
+            fault_view(builder.facts.faults.get(entry.id), message.get("errorMessage"))
+            if stop_reason == "error"
+            else None
+        ),
     )
 
 

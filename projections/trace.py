@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from projections.chat import (
@@ -29,6 +29,7 @@ from projections.chat import (
     content_text,
     tool_calls_of,
 )
+from projections.faults import fault_view
 from projections.payload import arguments_json
 from projections.records import EventRecord
 
@@ -443,7 +444,14 @@ def _sum_usage(spans: Iterable[TraceSpan]) -> Usage:
 def _step_span(step: _Step, turn: _Turn, fold: _Fold) -> TraceSpan:
     closed_by = step.end or turn.end
     requests = [
-        _request_span(request, step, turn, fold, later=index < len(step.requests) - 1)
+        _request_span(
+            request,
+            step,
+            turn,
+            fold,
+            later=index < len(step.requests) - 1,
+            fault=_fault_after(step.requests, index),
+        )
         for index, request in enumerate(step.requests)
     ]
     children = [
@@ -458,6 +466,18 @@ def _step_span(step: _Step, turn: _Turn, fold: _Fold) -> TraceSpan:
         status, end = "running", None
     else:
         status, end = _step_status(step, turn), closed_by.time
+    failed = _failed_reply(step)
+    outputs: list[tuple[str, Any]] = [("reason", step.end.data.get("reason") if step.end else None)]
+    if failed is not None:
+        message = _message(failed)
+        fault = fault_view(failed.data.get("fault"), message.get("errorMessage"))
+        sent = sum(1 for request in step.requests if request.sent is not None)
+        outputs += [
+            ("fault", fault.kind),
+            ("fault_title", fault.label),
+            ("attempts", fault.attempts or sent or 1),
+            ("failed_entry_id", failed.entry_id),
+        ]
     return TraceSpan(
         kind="step",
         key=f"step-{turn.number}-{step.number}",
@@ -470,10 +490,34 @@ def _step_span(step: _Step, turn: _Turn, fold: _Fold) -> TraceSpan:
         turn=turn.number,
         step=step.number,
         usage=_sum_usage(requests),
+        error=_error_message(failed),
         inputs=(("turn", turn.number), ("step", step.number)),
-        outputs=(("reason", step.end.data.get("reason") if step.end else None),),
+        outputs=tuple(outputs),
         children=_by_start(children),
     )
+
+
+def _error_message(reply: EventRecord | None) -> str | None:
+    message = _message(reply).get("errorMessage") if reply is not None else None
+    return str(message) if message else None
+
+
+def _failed_reply(step: _Step) -> EventRecord | None:
+    """The step's reply that failed (stopReason error), if its last request's did."""
+    for request in reversed(step.requests):
+        if request.response is not None:
+            failed = _message(request.response).get("stopReason") == "error"
+            return request.response if failed else None
+    return None
+
+
+def _fault_after(requests: Sequence[_Request], index: int) -> Mapping[str, Any] | None:
+    """The fault that ended request `index`, as the next attempt's manifest records it."""
+    if index + 1 >= len(requests):
+        return None
+    following = requests[index + 1].sent
+    fault = following.data.get("previous_fault") if following is not None else None
+    return fault if isinstance(fault, Mapping) else None
 
 
 def _step_status(step: _Step, turn: _Turn) -> str:
@@ -484,8 +528,16 @@ def _step_status(step: _Step, turn: _Turn) -> str:
 
 
 def _request_span(
-    request: _Request, step: _Step, turn: _Turn, fold: _Fold, *, later: bool
+    request: _Request,
+    step: _Step,
+    turn: _Turn,
+    fold: _Fold,
+    *,
+    later: bool,
+    fault: Mapping[str, Any] | None = None,
 ) -> TraceSpan:
+    """One attempt at a model request. An attempt that a retry followed ends where its
+    fault says it ended (its duration is recorded on the next attempt's manifest)."""
     sent, response = request.sent, request.response
     first = sent or response
     assert first is not None  # a request is made from one or the other
@@ -493,6 +545,18 @@ def _request_span(
     header = fold.headers.get(header_seq) if header_seq is not None else None
     message = _message(response) if response is not None else {}
     status, end, error = _request_outcome(request, step, turn, later=later)
+    retried: Pairs = ()
+    if fault is not None and response is None:
+        duration = _int_or_none(fault.get("duration_ms")) or 0
+        status, end = "error", first.time + timedelta(milliseconds=duration)
+        error = str(fault.get("message") or fault.get("kind") or "failed; tried again")
+        retried = tuple(
+            (key, fault.get(key))
+            for key in ("kind", "status", "retry_after_ms", "received_chars", "waited_ms")
+        )
+    elif response is not None and isinstance(response.data.get("fault"), Mapping):
+        recorded = response.data["fault"]
+        retried = (("kind", recorded.get("kind")), ("status", recorded.get("status")))
     timing = response.data.get("timing") if response is not None else None
     timing = timing if isinstance(timing, Mapping) else {}
     model = message.get("model") or (header or {}).get("model")
@@ -511,7 +575,7 @@ def _request_span(
         ttft_ms=_int_or_none(timing.get("ttft_ms")),
         error=error,
         inputs=_request_inputs(sent, header),
-        outputs=_request_outputs(response, message, timing),
+        outputs=_request_outputs(response, message, timing) + retried,
     )
 
 
@@ -542,6 +606,7 @@ def _request_inputs(sent: EventRecord | None, header: Mapping[str, Any] | None) 
     data = sent.data
     pairs: list[tuple[str, Any]] = [
         ("request_seq", sent.seq),
+        ("attempt", _int_or_none(data.get("attempt")) or 1),
         ("header_seq", data.get("header_seq")),
         ("leaf_entry_id", data.get("leaf_entry_id")),
         ("token_estimate", data.get("token_estimate")),

@@ -33,28 +33,6 @@ from runtime.providers.base import (
 JSON = dict[str, Any]
 DETAIL_LIMIT = 500
 
-# A short name of each fault, for cards and trace rows.
-FAULT_TITLES = {
-    CUT: "Stream cut off",
-    STALL: "Stream stalled",
-    RATE_LIMITED: "Rate limited",
-    QUOTA: "Out of quota",
-    OVERLOADED: "Provider overloaded",
-    SERVER_ERROR: "Provider error",
-    CONNECTION: "Provider unreachable",
-    MALFORMED: "Unreadable stream",
-    NOT_A_STREAM: "Not a stream",
-    INVALID_TOOL_ARGUMENTS: "Invalid tool arguments",
-    AUTH: "API key refused",
-    CONTEXT_LENGTH: "Context too long",
-    BAD_REQUEST: "Request refused",
-    REFUSED: "Reply refused",
-}
-
-
-def fault_title(kind: str | None) -> str:
-    return FAULT_TITLES.get(kind or "", "Model request failed")
-
 
 def describe_fault(
     error: ProviderError,

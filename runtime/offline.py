@@ -48,7 +48,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.offline_faults import STALL_MAX_S, fault_stream, requested_fault
+from runtime.offline_faults import STALL_MAX_S, fault_stream, first_time, requested_fault
 from runtime.providers.base import (
     ProviderError,
     StopUpdate,
@@ -112,7 +112,6 @@ class OfflineProvider:
     ) -> None:
         self.context_window = context_window
         self.stall_s = stall_s
-        self.failed_once: set[str] = set()  # `fault KIND once` already produced in this run
         if chunk_delay_ms is None:
             raw = os.environ.get("STRAND_OFFLINE_CHUNK_DELAY_MS", str(DEFAULT_CHUNK_DELAY_MS))
             chunk_delay_ms = float(raw or 0)
@@ -129,11 +128,8 @@ class OfflineProvider:
                 overflow=True,
             )
         fault = _fault_asked(messages)
-        if fault is not None and fault[0] not in self.failed_once:
-            name, once = fault
-            if once:
-                self.failed_once.add(name)
-            async for event in fault_stream(name, stall_s=self.stall_s, pause=self._pause):
+        if fault is not None and (not fault[1] or first_time(fault[0], payload)):
+            async for event in fault_stream(fault[0], stall_s=self.stall_s, pause=self._pause):
                 yield event
             return
         text, calls = answer(messages)

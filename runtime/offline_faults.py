@@ -5,18 +5,23 @@ Grammar (the last user message, case-insensitive):
 
     fault KIND [once]
 
-KIND is one of the keys of `FAULTS` (`fault 429`, `fault cut`, `fault stall`…). With
-`once`, only the first request of a run fails, so an automatic retry succeeds; without it,
-every attempt fails the same way, and the preset's `max_retries` and backoff decide how
-many attempts are made before the reply is recorded as failed.
+KIND is one of the keys of `FAULTS` (`fault 429`, `fault cut`, `fault stall`…). Without
+`once` every attempt fails the same way, and the preset's `max_retries` and backoff decide
+how many attempts are made before the reply is recorded as failed. With `once`, only the
+first request of its exact payload in this process fails: an automatic retry, or a Retry
+from the page, succeeds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.providers.base import (
     AUTH,
@@ -78,6 +83,24 @@ FAULTS: dict[str, FaultCase] = {
 }
 
 Pause = Callable[[], Awaitable[None]]
+
+
+# Payloads that already failed with `once`: process memory, bounded, never a fact.
+_FAILED_ONCE: OrderedDict[str, None] = OrderedDict()
+FAILED_ONCE_LIMIT = 4096
+
+
+def first_time(name: str, payload: Mapping[str, Any]) -> bool:
+    """Whether fault `name` with `once` has not yet failed this exact payload (and now has)."""
+    key = hashlib.sha256(
+        json.dumps([name, payload], sort_keys=True, default=str).encode()
+    ).hexdigest()
+    if key in _FAILED_ONCE:
+        return False
+    _FAILED_ONCE[key] = None
+    while len(_FAILED_ONCE) > FAILED_ONCE_LIMIT:
+        _FAILED_ONCE.popitem(last=False)
+    return True
 
 
 def requested_fault(text: str) -> tuple[str, bool] | None:

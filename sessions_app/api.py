@@ -107,6 +107,7 @@ from sessions_app.schemas import (
     NavigateIn,
     NavigateOut,
     RequestOut,
+    RetryIn,
     SentOut,
     SessionFilterIn,
     SessionIn,
@@ -807,6 +808,16 @@ def message_follow_up(request: HttpRequest, session_id: uuid.UUID, body: Message
 def turn_cancel(request: HttpRequest, session_id: uuid.UUID) -> Any:
     session = access.session_for(_user(request), session_id, write=True)
     return Status(202, {"running": agent.agent_cancel(session)})
+
+
+@router.post("/sessions/{session_id}/retry", response={202: SentOut, ERRORS: ErrorOut})
+def turn_retry(request: HttpRequest, session_id: uuid.UUID, body: RetryIn) -> Any:
+    """Start a turn that asks the model again from where a failed reply was asked (409
+    while a turn runs; 422 for a reply that did not fail)."""
+    user = _user(request)
+    session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "message")
+    return Status(202, plain(agent.agent_retry(session, body.entry_id)))
 
 
 @router.get("/sessions/{session_id}/approvals", response={200: list[ApprovalOut], ERRORS: ErrorOut})

@@ -447,6 +447,15 @@ class SentOut(Schema):
     target: Literal["next_step", "next_turn"] | None
 
 
+class RetryIn(Schema):
+    entry_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=ENTRY_ID_MAX,
+        description='The failed reply (stopReason "error") to ask again; default: the current leaf',
+    )
+
+
 class CancelOut(Schema):
     running: bool = Field(..., description="Whether a turn was running when asked")
 

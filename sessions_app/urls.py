@@ -24,6 +24,7 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/messages", views.session_send, name="session-send"),
     path("sessions/<uuid:session_id>/resend", views.session_resend, name="session-resend"),
     path("sessions/<uuid:session_id>/cancel", views.session_cancel, name="session-cancel"),
+    path("sessions/<uuid:session_id>/retry", views.session_retry, name="session-retry"),
     path("sessions/<uuid:session_id>/compact", views.session_compact, name="session-compact"),
     path(
         "sessions/<uuid:session_id>/approvals/<str:approval_id>",

@@ -57,6 +57,7 @@ from projections.trace import (
 )
 from projections.tree import project_tree
 from sessions_app import access, pi_io, ratelimit, selectors, services, store
+from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.forms import (
     ApprovalForm,
     CompactForm,
@@ -530,6 +531,29 @@ def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
 
 @login_required
 @require_POST
+def session_retry(request: HttpRequest, session_id: Any) -> HttpResponse:
+    """Ask the model again from where a failed reply was asked: a new turn, whose answer
+    becomes the failed reply's sibling."""
+    from sessions_app.agent import agent_retry
+
+    session = _session_or_404(request, session_id, write=True)
+    query = _return_query(request)
+    entry_id = str(request.POST.get("entry_id") or "") or None
+    if entry_id is not None and len(entry_id) > ENTRY_KEY_MAX:
+        messages.error(request, "That is not an entry of this session.")
+        return _after_write(request, session, query)
+
+    def retry() -> None:
+        ratelimit.rate_hit(request.user, "message")
+        agent_retry(session.id, entry_id)
+
+    _agent_call(request, retry)
+    session.refresh_from_db()
+    return _after_write(request, session, replace(query, leaf=None, entry=None))
+
+
+@login_required
+@require_POST
 def session_cancel(request: HttpRequest, session_id: Any) -> HttpResponse:
     from sessions_app.agent import agent_cancel
 
@@ -968,6 +992,11 @@ class TraceBlock:
     turn: TraceSpan
     bars: tuple[TraceBar, ...]
     duration_ms: int | None
+
+    @property
+    def failed_step(self) -> bool:
+        """A step of the turn failed on a model request (it has its own error card)."""
+        return any(bar.row.span.kind == "step" and bar.row.span.error for bar in self.bars)
 
 
 def trace_blocks(trace: TraceView | None) -> list[TraceBlock]:

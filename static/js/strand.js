@@ -163,6 +163,14 @@
   function onDelta(delta) {
     var key = delta.turn + ":" + delta.step;
     if (live.committedSteps[key]) return;
+    if (delta.kind === "restart") {
+      // A failed attempt is being retried: its answer starts again from nothing.
+      if (live.inflight && live.inflight.turn === delta.turn && live.inflight.step === delta.step) {
+        live.inflight.blocks = [];
+        drawInflight();
+      }
+      return;
+    }
     live.deltas += 1;
     if (!live.inflight || live.inflight.turn !== delta.turn || live.inflight.step !== delta.step) {
       live.inflight = { turn: delta.turn, step: delta.step, blocks: [] };
