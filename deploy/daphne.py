@@ -30,13 +30,34 @@ def wait_for_port(
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
 
 
+# A burst of viewers (a restart, a deploy) opens many TCP connections at once: with Twisted's
+# default listen backlog of 50 the kernel drops the rest of the SYNs, and each such client
+# waits a second or more for its retransmission before daphne even sees it.
+BACKLOG = 2048
+# Handshakes are kept few by admission (`sessions_app.live_admission`), so this is a
+# backstop: daphne's default, 5 s, dropped admitted sockets on a busy machine.
+CONNECT_TIMEOUT_S = 30
+
+
+def command(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The daphne command line serving Strand on `host`:`port`."""
+    daphne = str(Path(sys.executable).with_name("daphne"))
+    return [
+        daphne,
+        "-e",
+        f"tcp:port={port}:interface={host}:backlog={BACKLOG}",
+        "--websocket_connect_timeout",
+        str(CONNECT_TIMEOUT_S),
+        "config.asgi:application",
+    ]
+
+
 def start(port: int, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
     """daphne serving Strand on 127.0.0.1:`port`, started and listening."""
-    daphne = str(Path(sys.executable).with_name("daphne"))
     popen.setdefault("stdout", subprocess.DEVNULL)
     popen.setdefault("stderr", subprocess.DEVNULL)
     process = subprocess.Popen(
-        [daphne, "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        command(port),
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         **popen,

@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.serializers.json import DjangoJSONEncoder
 
 from projections.records import EventRecord
-from sessions_app import access, live, store
+from sessions_app import access, live, live_admission, live_db, store
 
 PAGE = 500
 CLOSE_REFUSED = 4403
@@ -78,10 +78,12 @@ def after_seq_of(query_string: bytes) -> int:
 
 
 def _visible_session_id(user: Any, session_id: str) -> str | None:
-    try:
-        return str(access.session_for(user, session_id).id)
-    except store.StoreError:
-        return None
+    # The id alone, by the rule `access.session_for` applies: a handshake needs no more, and
+    # compiling that function's query (the session joined to its owner) was the largest
+    # share of a handshake's CPU (py-spy over a 300-viewer storm; this one takes ~40% less).
+    found = access.visible_sessions(user).filter(id=session_id).values_list("id", flat=True)
+    first = found.first()
+    return None if first is None else str(first)
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):
@@ -90,9 +92,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         requested = str(self.scope["url_route"]["kwargs"]["session_id"])
-        session_id = await database_sync_to_async(_visible_session_id)(
-            self.scope.get("user"), requested
-        )
+        session_id = await live_db.run(_visible_session_id, self.scope.get("user"), requested)
         if session_id is None:
             await self.close(code=CLOSE_REFUSED)
             return
@@ -107,6 +107,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await live.subscribe(session_id, self.channel_name, self.deliver)
         await self._send_new_events()
         await self.send_json({"type": "ready", "last_seq": self.cursor})
+        live_admission.ready(self.scope)
 
     async def disconnect(self, code: int) -> None:
         if self.session_id is None:
@@ -154,14 +155,22 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def _read_new_events(self) -> None:
         assert self.session_id is not None
         while True:
-            page = await database_sync_to_async(store.events_after)(
-                self.session_id, self.cursor, PAGE
-            )
+            page = await live_db.run(store.events_after, self.session_id, self.cursor, PAGE)
             for event in page:
                 await self.send_json(event_message(event))
                 self.cursor = event.seq
             if len(page) < PAGE:
                 return
+
+    async def dispatch(self, message: Any) -> None:
+        # channels first closes stale Django connections on Django's one thread-sensitive
+        # thread, for every message to every socket: under a storm of handshakes (or a delta
+        # to a thousand viewers) that queues each of them behind that thread. This consumer
+        # reads through `live_db`, whose threads keep their own connections, so it skips it.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from channels.db import database_sync_to_async
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.db import connections
 from psycopg.conninfo import make_conninfo
 
+from sessions_app import live_db
 from sessions_app.store import NOTIFY_CHANNEL, events_after
 
 log = logging.getLogger("strand.live")
@@ -165,7 +165,7 @@ class _Listener:
         if last_seq - after > FETCH_LIMIT:
             self.fetched[session_id] = last_seq
             return None  # each websocket reads a large batch itself
-        records = await database_sync_to_async(events_after)(session_id, after, FETCH_LIMIT)
+        records = await live_db.run(events_after, session_id, after, FETCH_LIMIT)
         records = [r for r in records if r.seq <= last_seq]
         self.fetched[session_id] = max(last_seq, after)
         return events_message([[r.seq, encode_event(r)] for r in records], last_seq)
@@ -233,8 +233,9 @@ def subscriber_count() -> int:
 
 
 async def stop() -> None:
-    """Stop this process's listener and close its connection (tests, shutdown)."""
+    """Stop this process's listener and close its connections (tests, shutdown)."""
     global _listener
     listener, _listener = _listener, None
     if listener is not None:
         await listener.stop()
+    await asyncio.to_thread(live_db.close_connections)

@@ -1,0 +1,109 @@
+"""How many websockets a process takes on at once, and how it turns the rest away.
+
+A handshake costs a process a few milliseconds of its one core (the HTTP upgrade, the
+session and user reads, the access check, the catch-up read and its frames). When more
+viewers arrive at once than the process can take on within a few seconds, the ones that
+would wait longest are refused at once, and cleanly: the socket is accepted and closed with
+`CLOSE_TRY_LATER` (4503, "service unavailable, try again later"; daphne lets an application
+close only with 1000 or 3000–4999, so not the standard 1013), which the client answers by
+retrying after a random, growing delay (see `static/js/strand.js`), resuming from the last
+seq it has. Without this,
+an overloaded process leaves every socket waiting until daphne drops it at its handshake
+timeout, and the clients, all retrying together, repeat the storm.
+
+- `STRAND_WS_MAX_CONNECTING` (default 200): sockets between their handshake and their
+  `ready` at once in one process; one more is refused with 4503.
+- `STRAND_WS_MAX_SOCKETS` (default 10,000): open sockets in one process; one more is
+  refused with 4503 (behind a balancer, the retry usually lands on another process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+CLOSE_TRY_LATER = 4503
+SCOPE_KEY = "strand.admission"
+
+
+def max_connecting() -> int:
+    return int(os.environ.get("STRAND_WS_MAX_CONNECTING", "200"))
+
+
+def max_sockets() -> int:
+    return int(os.environ.get("STRAND_WS_MAX_SOCKETS", "10000"))
+
+
+@dataclass
+class _Counts:
+    connecting: int = 0
+    open: int = 0
+    refused: int = 0
+
+
+counts = _Counts()
+
+
+class Ticket:
+    """One admitted socket: connecting until `ready()`, open until `close()`."""
+
+    def __init__(self) -> None:
+        self.connecting = True
+        self.closed = False
+        counts.connecting += 1
+        counts.open += 1
+
+    def ready(self) -> None:
+        if self.connecting:
+            self.connecting = False
+            counts.connecting -= 1
+
+    def close(self) -> None:
+        self.ready()
+        if not self.closed:
+            self.closed = True
+            counts.open -= 1
+
+
+def ready(scope: Any) -> None:
+    """The socket of `scope` has caught up: it no longer counts as connecting."""
+    ticket = scope.get(SCOPE_KEY)
+    if isinstance(ticket, Ticket):
+        ticket.ready()
+
+
+class Admission:
+    """ASGI middleware for websockets: admits a socket or refuses it with 4503."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
+        if scope.get("type") != "websocket":
+            return await self.app(scope, receive, send)
+        if counts.connecting >= max_connecting() or counts.open >= max_sockets():
+            counts.refused += 1
+            return await _refuse(receive, send)
+        ticket = Ticket()
+        try:
+            return await self.app({**scope, SCOPE_KEY: ticket}, receive, send)
+        finally:
+            ticket.close()
+
+
+async def _refuse(receive: Any, send: Any) -> None:
+    # Accepted, then closed with a code: a handshake refused before it completes reaches a
+    # browser as a bare 1006, which says nothing about waiting.
+    message = await receive()
+    if message.get("type") != "websocket.connect":
+        return
+    await send({"type": "websocket.accept"})
+    # One turn of the loop before the close: daphne completes the handshake on a later turn,
+    # and a close sent before that drops the connection without its 101 reply (about half of
+    # 500 refusals at once, measured).
+    await asyncio.sleep(0)
+    await send({"type": "websocket.close", "code": CLOSE_TRY_LATER})
+    while (await receive()).get("type") != "websocket.disconnect":
+        pass
