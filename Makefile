@@ -13,7 +13,7 @@ PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 
-.PHONY: run test setup migrate demo lint typecheck pytest browser-deps bench cluster clean
+.PHONY: run test setup migrate demo lint typecheck pytest browser-deps haproxy-deps bench cluster clean
 
 setup: $(STAMP) migrate
 
@@ -31,13 +31,22 @@ migrate: $(STAMP)
 demo: setup
 	@STRAND_URL=http://$(HOST):$(PORT)/ $(BIN)/python manage.py demo
 
+# A deep listen backlog and a handshake timeout to spare for bursts of viewers (deploy/daphne.py).
 run: setup demo
 	@echo "Strand: http://$(HOST):$(PORT)/"
-	$(BIN)/daphne -b $(HOST) -p $(PORT) config.asgi:application
+	$(BIN)/daphne -e tcp:port=$(PORT):interface=$(HOST):backlog=2048 \
+		--websocket_connect_timeout 30 config.asgi:application
 
-# Several processes behind a proxy, Redis for the channel layer (see deploy/cluster.py).
-cluster: setup demo
+# Several processes behind HAProxy, Redis for the channel layer (see deploy/cluster.py).
+cluster: setup demo haproxy-deps
 	$(BIN)/python -m deploy.cluster
+
+# Debian's haproxy, installed when it is missing: the load balancer of `make cluster`, of the
+# cluster benchmarks and of the restart tests.
+haproxy-deps:
+	@command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || { \
+		echo "Installing Debian's haproxy for the cluster..."; \
+		apt-get update -qq && apt-get install -y -qq haproxy >/dev/null; }
 
 # Debian's chromium for the browser tests, installed when it is missing; and Pi's own code
 # (npm) for the tests that have Pi read what Strand exports.
@@ -56,7 +65,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy .
 
-test: setup browser-deps lint typecheck
+test: setup browser-deps haproxy-deps lint typecheck
 	$(BIN)/pytest -m "not browser" -q
 	$(BIN)/pytest -m browser -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
@@ -66,7 +75,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	@touch $(BENCH_STAMP)
 
-bench: setup $(BENCH_STAMP)
+bench: setup $(BENCH_STAMP) haproxy-deps
 	$(BIN)/python -m bench
 
 clean:
