@@ -41,7 +41,10 @@ Preset fields (all optional but `provider` and, except offline, `model`):
     params              extra body parameters (temperature, max_tokens, thinking…)
     context_window, reserve_tokens, keep_recent_tokens, auto_compact   compaction
     pricing             {input, output, cacheRead, cacheWrite}: dollars per million tokens
-    tool_timeout_s, max_steps, max_retries, request_timeout_s
+    tool_timeout_s, max_steps
+    request_timeout_s   seconds without a byte from the provider before an attempt fails
+    max_retries, retry_backoff_s, retry_max_wait_s   retries of a failed model request
+                        (2, 1.0, 60.0; see `runtime.config`): each is recorded
 """
 
 from __future__ import annotations
