@@ -22,6 +22,13 @@ def bob(django_user_model):
     return django_user_model.objects.create_user(username="bob", password="bob-pass-1234")
 
 
+@pytest.fixture(autouse=True)
+def _workspaces_in_tmp(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Sessions made in a test get their owner's folder under a temporary root, never under
+    # the project's own `.strand` (tests that need a particular root set their own).
+    settings.STRAND_WORKSPACE_ROOTS = [str(tmp_path_factory.mktemp("workspaces"))]
+
+
 @pytest.fixture
 def serve_preset(monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
     """Offer a preset in the server's configuration (`STRAND_PRESETS`) for this test and

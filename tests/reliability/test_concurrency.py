@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from deploy import daphne
-from sessions_app import services, store, tokens
+from sessions_app import services, store, tokens, workspaces
 from tests.runtime.conftest import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,20 +95,17 @@ def test_many_clients_appending_with_expected_seq_lose_and_double_nothing(alice_
     assert sum(conflicts.values()) > 0, "the clients never raced: the test proves nothing"
 
 
-def test_two_processes_run_at_most_one_turn_of_a_session(alice_token, tmp_path):
+def test_two_processes_run_at_most_one_turn_of_a_session(
+    alice_token, tmp_path, settings, monkeypatch
+):
     alice, token = alice_token
-    (tmp_path / "notes.txt").write_text("notes\n")
-    session = services.session_create(
-        owner=alice,
-        title="two servers",
-        cwd=str(tmp_path),
-        preset={
-            "name": "offline",
-            "provider": "offline",
-            "model": "strand-offline-1",
-            "tools": ["read_file", "list_files", "grep", "write_file"],
-        },
-    )
+    # The servers it starts read the workspace root from the environment.
+    roots = str(tmp_path / "workspaces")
+    settings.STRAND_WORKSPACE_ROOTS = [roots]
+    monkeypatch.setenv("STRAND_WORKSPACE_ROOTS", roots)
+    folder = Path(workspaces.default_cwd(alice))
+    (folder / "notes.txt").write_text("notes\n")
+    session = services.session_create(owner=alice, title="two servers", cwd=str(folder))
     slow = {"STRAND_OFFLINE_CHUNK_DELAY_MS": "30", "STRAND_TOOL_DELAY_MS": "300"}
     servers = [start_server(BASE_PORT + i, **slow) for i in range(2)]
     try:

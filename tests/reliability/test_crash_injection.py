@@ -32,7 +32,7 @@ from django.test import Client
 
 from deploy import daphne
 from projections.context import build_session_context
-from sessions_app import services, store, tokens
+from sessions_app import services, store, tokens, workspaces
 from sessions_app.models import Session
 from sessions_app.verify import verify_session
 from tests.runtime.conftest import child_database_url
@@ -170,27 +170,28 @@ def _drive(server: Server, session: Session, rng: random.Random) -> None:
         time.sleep(rng.uniform(0.0, 0.1))
 
 
-def test_sigkill_at_random_points_loses_and_doubles_nothing(django_user_model, tmp_path):
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+def test_sigkill_at_random_points_loses_and_doubles_nothing(
+    django_user_model, tmp_path, settings, monkeypatch, serve_preset
+):
+    # The servers it starts read the workspace root and the presets from the environment.
+    roots = str(tmp_path / "workspaces")
+    settings.STRAND_WORKSPACE_ROOTS = [roots]
+    monkeypatch.setenv("STRAND_WORKSPACE_ROOTS", roots)
+    alice = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+    workspace = Path(workspaces.default_cwd(alice))
     (workspace / "notes.txt").write_text("a needle in the notes, line after line\n" * 120)
     (workspace / "todo.md").write_text("- find the needle\n- write the report\n")
-    alice = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
-    session = services.session_create(
-        owner=alice,
-        title="crash",
-        cwd=str(workspace),
-        preset={
-            "name": "offline",
-            "provider": "offline",
-            "model": "strand-offline-1",
-            "tools": ["read_file", "list_files", "grep", "write_file"],
-            # A small window, so that automatic compaction happens too.
-            "context_window": 6000,
-            "reserve_tokens": 1000,
-            "keep_recent_tokens": 1500,
-        },
+    preset = serve_preset(
+        "crash",
+        provider="offline",
+        model="strand-offline-1",
+        tools=["read_file", "list_files", "grep", "write_file"],
+        # A small window, so that automatic compaction happens too.
+        context_window=6000,
+        reserve_tokens=1000,
+        keep_recent_tokens=1500,
     )
+    session = services.session_create(owner=alice, title="crash", cwd=str(workspace), preset=preset)
     _, token = tokens.token_create(alice, "crash")
     browser = Client(SERVER_NAME="127.0.0.1")
     browser.force_login(alice)
