@@ -20,6 +20,8 @@
     received: [],      // seqs of events applied by this page, in order (tests read it)
     duplicates: 0,     // events dropped because their seq was already applied
     connects: 0,
+    failures: 0,       // closes since the last `ready`: the reconnect delay grows with them
+    lastCloseCode: 0,  // 4503: the server was too busy and asked to come back later
     connected: false,
     ready: false,
     socket: null,
@@ -43,12 +45,31 @@
       live.socket = socket;
       return socket;
     };
+    // The extension's own reconnects wait as long as this page's (one policy for both).
+    htmx.config.wsReconnectDelay = function () {
+      return reconnectDelay();
+    };
+  }
+
+  // After a close, wait a random time between 0 and a cap that doubles with each close since
+  // the last `ready` (0.5 s, 1 s, 2 s… up to 30 s): when a server restarts, or turns sockets
+  // away with 4503 because too many connect at once, its viewers come back spread out instead
+  // of all together, which would only repeat the storm. A page that has caught up (`ready`)
+  // starts again from the shortest wait.
+  var RECONNECT_BASE_MS = 500;
+  var RECONNECT_MAX_MS = 30000;
+
+  function reconnectDelay() {
+    if (typeof live.reconnectDelayMs === "number") return live.reconnectDelayMs;
+    var cap = Math.min(RECONNECT_MAX_MS, RECONNECT_BASE_MS * Math.pow(2, Math.max(0, live.failures - 1)));
+    return Math.random() * cap;
   }
 
   body.addEventListener("htmx:wsOpen", function () {
     live.connected = true;
     live.connects += 1;
-    setConnectionState("live");
+    // "live" only once the catch-up is done (`ready`): an open socket may still be turned
+    // away (4503) or be sending what this page missed.
   });
   // htmx-ext-ws reconnects by itself after these close codes; after any other (a clean
   // close by a proxy or a restarting server, a socket closed on purpose) this page does.
@@ -57,13 +78,15 @@
   body.addEventListener("htmx:wsClose", function (evt) {
     live.connected = false;
     live.ready = false;
-    setConnectionState("reconnecting");
     var code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+    live.lastCloseCode = code;
+    live.failures += 1;
+    setConnectionState("reconnecting");
     if (EXTENSION_RETRIES.indexOf(code) < 0) scheduleReconnect();
   });
 
   function scheduleReconnect() {
-    var delay = typeof live.reconnectDelayMs === "number" ? live.reconnectDelayMs : 500 + Math.random() * 1500;
+    var delay = reconnectDelay();
     window.setTimeout(function () {
       var old = document.getElementById("live-socket");
       if (!old || live.connected || !window.htmx) return;
@@ -86,6 +109,8 @@
 
   function setConnectionState(state) {
     body.dataset.live = state;
+    var note = document.getElementById("live-state");
+    if (note) note.hidden = state !== "reconnecting";
   }
 
   function handle(message) {
@@ -99,6 +124,8 @@
       onEvent(message);
     } else if (message.type === "ready") {
       live.ready = true;
+      live.failures = 0;
+      setConnectionState("live");
     } else if (message.type === "delta") {
       onDelta(message);
     }
