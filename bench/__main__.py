@@ -11,7 +11,7 @@ from bench.common import ROOT, Report, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, langgraph, live, pages, pi, tools
+    from bench import append, langgraph, live, pages, pi, tools, trees
 
     suites = {
         "append": append.run,
@@ -20,6 +20,7 @@ def main(argv: list[str]) -> int:
         "pages": pages.run,
         "live": live.run,
         "tools": tools.run,
+        "trees": trees.run,
     }
     chosen = argv or list(suites)
     report = Report()
@@ -75,6 +76,15 @@ def _write(report: Report, took: float) -> None:
         "  nothing running, three rounds. In-process: how long Python's `re` (grep's engine",
         "  before RE2) and the grep tool take on that pattern, and what share of a pure-Python",
         "  loop's speed another thread keeps meanwhile.",
+        "- **trees**: `bench/trees.py`. Comb-shaped Pi files (a spine of messages, each with a",
+        "  side leaf: every spine entry forks, so the drawn indent grows by one per entry) of",
+        "  2,000, 4,000 and 8,000 entries, and the pages benchmark's 100,000-event session. The",
+        "  tree API is read to its end in pages of 2,000 rows, then the whole-tree page",
+        "  (`?tree=1`) and the HTML export (its stream read to the end) are fetched in-process",
+        "  with Django's test client; the median of 3 fetches for the combs, one for the large",
+        "  session. Bytes per entry must stay flat from 2,000 to 8,000 entries. Export memory is",
+        "  the rise of the process's resident size while one export streams (sampled every",
+        "  20 ms).",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 

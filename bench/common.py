@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-BENCH_DB = "strand_bench"
+BENCH_DB = os.environ.get("STRAND_BENCH_DB", "strand_bench")  # on DATABASE_URL's server
 
 
 def setup_django() -> None:
