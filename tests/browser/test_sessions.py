@@ -241,6 +241,41 @@ def test_import_a_pi_file_and_see_its_tree(signed_in: Page, db_access: None) -> 
     screenshot(page, "12-compaction-card")
 
 
+def test_the_export_of_a_branched_file_draws_any_branch_offline(
+    signed_in: Page, browser: Browser, tmp_path: Path, db_access: None
+) -> None:
+    page = signed_in
+    page.set_input_files(".import input[type=file]", str(demo.PI_DEMO_FILE))
+    page.click(".import button[type=submit]")
+    expect(page.locator(".session-head h1")).to_be_visible()
+    session = Session.objects.get(id=page.url.rstrip("/").rsplit("/", 1)[-1])
+    response = page.request.get(page.url.split("?")[0].rstrip("/") + "/export.html")
+    assert response.ok
+    exported = tmp_path / "branched.html"
+    exported.write_bytes(response.body())
+    offline = browser.new_context(offline=True)
+    reader = offline.new_page()
+    reader.goto(exported.as_uri())
+    # The file's script draws one row per entry and the current branch's chat.
+    entries = Entry.objects.filter(session=session).count()
+    expect(reader.locator("#tree .node")).to_have_count(entries)
+    expect(reader.locator("#tree .node.current")).to_contain_text("a2*: skipped")
+    expect(reader.locator("#chat")).to_contain_text("a2*: skipped")
+    expect(reader.locator("#branch-note")).to_be_hidden()
+    # Another branch, picked in the tree: its chat, with the compaction that folds it.
+    reader.locator("#tree .node-text", has_text="u5': different docs").click()
+    expect(reader.locator("#chat")).to_contain_text("a5': different docs added")
+    expect(reader.locator("#chat")).not_to_contain_text("a2*: skipped")
+    expect(reader.locator("#chat details.compaction").first).to_be_visible()
+    expect(reader.locator("#branch-note")).to_be_visible()
+    expect(reader.locator("#tree .node.shown-leaf")).to_contain_text("a5': different docs")
+    screenshot(reader, "14-html-export-another-branch")
+    reader.locator("#branch-note a").click()
+    expect(reader.locator("#chat")).to_contain_text("a2*: skipped")
+    expect(reader.locator("#branch-note")).to_be_hidden()
+    offline.close()
+
+
 def test_the_html_export_opens_offline_with_every_view(
     signed_in: Page, browser: Browser, server: Server, tmp_path: Path
 ) -> None:
