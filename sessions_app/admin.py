@@ -47,9 +47,10 @@ class SessionAdmin(admin.ModelAdmin):
     )
     list_filter = ("created_at", "owner")
     search_fields = ("title", "id", "owner__username")
-    # Nothing of a session is edited here. Its owner, working directory and preset decide
-    # whose files its agent reaches and where its model requests (and keys) go; the path is
-    # shown relative to the owner's folder, as on the pages.
+    # Nothing of a session is edited here (the page is view-only): its owner, working
+    # directory and preset decide whose files its agent reaches and where its model requests
+    # (and keys) go, and a saved form would also write back counters the append path keeps.
+    # The path is shown relative to the owner's folder, as on the pages.
     exclude = ("cwd",)
     readonly_fields = (
         "id",
@@ -79,6 +80,9 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Sessions start through the app so that their `session/created` event exists.
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
