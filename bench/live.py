@@ -1,44 +1,80 @@
-"""Live updates over websockets against one daphne process.
+"""Live updates over websockets: connect storms, delivery latency, restarts, memory.
 
-- **latency**: 200 viewers watch one session; one writer appends events at a steady rate
-  (5 a second, about what a busy agent commits, and 20 a second, a stress rate; 200 viewers
-  make that 1,000 and 4,000 deliveries a second); each viewer notes when each event arrives. Delivery latency is arrival time minus the moment
-  the writer's `append_events` returned (after commit), on the same clock (one machine).
-- **load**: 200 viewers spread over 4 sessions and 20 writers (5 per session) appending
-  through the HTTP API with `expected_seq` (retrying on 409) for 60 s. Every viewer must
-  receive every event of its session exactly once and in seq order; the server's resident
-  memory is read at the start and at the end.
+Every viewer here behaves like the browser client (`static/js/strand.js`): it connects with
+`after_seq` set to the last seq it holds, counts what arrives twice or after a gap, and
+after a close waits a random time below a cap that doubles with each close since its last
+`ready` (0.5 s, 1 s, 2 s… 30 s) before it connects again; a close with 4503 (the server's
+"try again later") counts as a refusal. A viewer that has no `ready` by the deadline is
+counted as dropped; nothing waits without a bound, and a scenario that fails is reported as
+a row instead of ending the run.
 
-The viewers and writers run in this process (asyncio), daphne in another, both on the same
-two cores; figures include that contention.
+- **storm**: `VIEWERS` viewers open their sockets at once against one daphne process, and
+  `CLUSTER_VIEWERS` against the cluster (HAProxy in front of 2 processes, as `make
+  cluster`): connected, dropped, refused and retried, and the time until the last `ready`.
+- **latency**: with those viewers connected, a writer appends 5 events a second (100
+  events); each viewer notes when each event arrives. Latency is arrival time minus the
+  moment `append_events` returned (after commit), on one clock.
+- **restart**: on the cluster, with the writer appending, one process is killed (SIGKILL)
+  and started again: the time until every viewer it held has reconnected and caught up
+  (`ready`), and then every viewer must hold every event exactly once, in order.
+- **memory**: resident memory of the one process before the storm and with `VIEWERS` idle
+  viewers connected.
+- **load**: 200 viewers over 4 sessions and 20 API writers appending with `expected_seq`
+  (retrying on 409) for 60 s; every viewer must receive every event of its session exactly
+  once and in order.
+
+The viewers and the writer run in this process (asyncio, and a thread for the writer), the
+servers in others, all on the same cores; figures include that contention.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import random
 import statistics
+import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.common import Report, Row
 from deploy import daphne
 
 PORT = 18_700
-VIEWERS = 200
+CLUSTER_PORT = 18_710  # HAProxy; its processes on the ports after it
+VIEWERS = 1000
+CLUSTER_VIEWERS = 2000
+LOAD_VIEWERS = 200
+RATE = 5.0
+EVENTS = 100
+SEED_EVENTS = 20  # already in the session: each viewer's catch-up reads them
+DEADLINE_S = 180.0
+
+CLOSE_TRY_LATER = 4503
+CLOSED_FOR_GOOD = (4401, 4403)
+RECONNECT_BASE_S = 0.5
+RECONNECT_MAX_S = 30.0
 
 
 class Daphne:
-    def __init__(self, port: int = PORT, database_url: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int = PORT,
+        database_url: str | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
         # The load test's writers append far faster than one user may: no limits here.
         env = {"STRAND_RECOVER_AT_START": "0", "STRAND_RATE_LIMITS": '{"append": [0, 60]}'}
         if database_url:
             env["DATABASE_URL"] = database_url
-        self.process = daphne.start(port, env)
+        self.process = daphne.start(port, {**env, **(extra or {})})
 
     def rss_mb(self) -> float:
         import psutil
@@ -57,122 +93,444 @@ def _cookie_for(user: Any) -> str:
     return f"sessionid={client.cookies['sessionid'].value}"
 
 
-async def _viewer(
-    port: int,
-    session_id: str,
-    after: int,
-    cookie: str,
-    seen: list[int],
-    arrivals: dict[int, float],
-    ready: asyncio.Event,
-    stop: asyncio.Event,
-    errors: list[str],
-) -> None:
-    import websockets
+def reconnect_delay(failures: int) -> float:
+    """The browser client's wait after its `failures`-th close since its last `ready`."""
+    cap = min(RECONNECT_MAX_S, RECONNECT_BASE_S * 2 ** max(0, failures - 1))
+    return random.uniform(0, cap)
 
-    url = f"ws://127.0.0.1:{port}/ws/sessions/{session_id}/?after_seq={after}"
+
+@dataclass
+class Viewer:
+    """One live viewer of a session, reconnecting as the browser client does."""
+
+    url: str  # ws://host:port/ws/sessions/<id>/
+    headers: Mapping[str, str]
+    last_seq: int = -1
+    received: list[int] = field(default_factory=list)  # every event's seq, as it came
+    arrivals: dict[int, float] = field(default_factory=dict)
+    doubled: int = 0  # events at or below the last seq held
+    skipped: int = 0  # events that came after a gap
+    connects: int = 0
+    refused: int = 0  # closes with 4503
+    failures: int = 0  # closes since the last `ready`
+    closes: list[float] = field(default_factory=list)
+    readies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    socket: Any = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        import websockets
+
+        while not stop.is_set():
+            code = 1006
+            try:
+                async with websockets.connect(
+                    f"{self.url}?after_seq={self.last_seq}",
+                    additional_headers=dict(self.headers),
+                    max_size=None,
+                    open_timeout=45,
+                    ping_interval=None,
+                    close_timeout=5,
+                ) as ws:
+                    self.socket = ws
+                    self.connects += 1
+                    async for raw in ws:
+                        self._receive(json.loads(raw))
+                    code = ws.close_code or 1006
+            except websockets.ConnectionClosed as exc:
+                code = exc.rcvd.code if exc.rcvd is not None else 1006
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a refused or broken handshake: counted, then retried
+                self.errors[type(exc).__name__] += 1
+            finally:
+                self.socket = None
+            if stop.is_set():
+                return
+            self.closes.append(time.time())
+            if code in CLOSED_FOR_GOOD:
+                self.errors[f"closed with {code}"] += 1
+                return
+            if code == CLOSE_TRY_LATER:
+                self.refused += 1
+            self.failures += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), reconnect_delay(self.failures))
+
+    def _receive(self, message: Mapping[str, Any]) -> None:
+        if message["type"] == "event":
+            seq = message["seq"]
+            self.received.append(seq)
+            if seq <= self.last_seq:
+                self.doubled += 1
+                return
+            if seq != self.last_seq + 1:
+                self.skipped += 1
+            self.last_seq = seq
+            self.arrivals[seq] = time.time()
+        elif message["type"] == "ready":
+            self.readies.append(time.time())
+            self.failures = 0
+
+    def exact(self, last_seq: int) -> bool:
+        """Whether this viewer (which started with nothing) holds seqs 0…`last_seq`, each
+        once and in order."""
+        return self.received == list(range(last_seq + 1))
+
+
+@dataclass
+class Crowd:
+    """Viewers of one session, each a task on the running loop."""
+
+    viewers: list[Viewer]
+    stop: asyncio.Event
+    tasks: list[asyncio.Task[None]]
+    started: float
+
+    @classmethod
+    def start(cls, url: str, headers: Mapping[str, str], count: int) -> Crowd:
+        stop = asyncio.Event()
+        viewers = [Viewer(url, headers) for _ in range(count)]
+        started = time.time()
+        tasks = [asyncio.create_task(v.run(stop)) for v in viewers]
+        return cls(viewers, stop, tasks, started)
+
+    def connected(self) -> int:
+        return sum(1 for v in self.viewers if v.readies)
+
+    async def until_all_ready(self, deadline_s: float) -> float | None:
+        """Seconds from the start until every viewer had its first `ready`; None if some
+        had none by the deadline."""
+        deadline = self.started + deadline_s
+        while self.connected() < len(self.viewers) and time.time() < deadline:
+            await asyncio.sleep(0.1)
+        if self.connected() < len(self.viewers):
+            return None
+        return max(v.readies[0] for v in self.viewers) - self.started
+
+    async def until_caught_up(self, last_seq: int, timeout_s: float) -> bool:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if all(v.last_seq >= last_seq for v in self.viewers):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    async def close(self) -> None:
+        self.stop.set()
+        sockets = [v.socket for v in self.viewers if v.socket is not None]
+        if sockets:
+            await asyncio.wait([asyncio.ensure_future(s.close()) for s in sockets], timeout=30)
+        _, pending = await asyncio.wait(self.tasks, timeout=30)
+        for task in pending:
+            task.cancel()
+
+    def storm(self, seconds: float | None) -> Storm:
+        errors: Counter[str] = Counter()
+        for v in self.viewers:
+            errors.update(v.errors)
+        return Storm(
+            len(self.viewers),
+            self.connected(),
+            seconds,
+            sum(v.refused for v in self.viewers),
+            dict(errors),
+        )
+
+
+@dataclass
+class Storm:
+    viewers: int
+    connected: int
+    seconds: float | None  # until the last first `ready`; None: some never had one
+    refused: int  # closes with 4503, each followed by a retry
+    errors: dict[str, int]
+
+    @property
+    def dropped(self) -> int:
+        return self.viewers - self.connected
+
+    def row(self, group: str, where: str) -> Row:
+        took = f"last `ready` after {self.seconds:.1f} s" if self.seconds is not None else ""
+        return Row(
+            group,
+            f"connect storm: {self.viewers:,} viewers at once, {where}",
+            f"{self.connected:,} connected, {self.dropped:,} dropped"
+            + (f"; {took}" if took else ""),
+            "0 dropped",
+            "met" if self.dropped == 0 else "NOT met",
+            note=f"{self.refused:,} refusals (4503) retried"
+            + (f"; failed attempts: {_counts(self.errors)}" if self.errors else ""),
+        )
+
+
+@dataclass
+class Delivery:
+    viewers: int
+    events: int
+    latencies_ms: list[float]
+    missed: int
+    doubled: int
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies_ms) if self.latencies_ms else float("nan")
+
+    @property
+    def p99(self) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        return self.latencies_ms[max(0, int(len(self.latencies_ms) * 0.99) - 1)]
+
+    def rows(self, group: str, where: str, rate: float) -> list[Row]:
+        name = f"delivery latency commit → client, {self.viewers:,} viewers, {where}, {rate:g} events/s"
+        ok = self.p99 < 100 and self.missed == 0 and self.doubled == 0
+        return [
+            Row(group, f"{name}, p50", f"{self.p50:.1f} ms"),
+            Row(
+                group,
+                f"{name}, p99",
+                f"{self.p99:.1f} ms",
+                "< 100 ms, 0 missed, 0 doubled",
+                "met" if ok else "NOT met",
+                note=f"{len(self.latencies_ms):,} deliveries, {self.missed} missed, "
+                f"{self.doubled} doubled",
+            ),
+        ]
+
+
+def delivery(viewers: list[Viewer], commits: Mapping[int, float]) -> Delivery:
+    latencies = sorted(
+        (v.arrivals[seq] - at) * 1000
+        for v in viewers
+        for seq, at in commits.items()
+        if seq in v.arrivals
+    )
+    missed = sum(1 for v in viewers for seq in commits if seq not in v.arrivals)
+    doubled = sum(v.doubled for v in viewers)
+    return Delivery(len(viewers), len(commits), latencies, missed, doubled)
+
+
+@dataclass
+class Restart:
+    affected: int  # viewers whose socket the kill closed
+    reconnected: int  # of those, how many had a `ready` again
+    seconds: float | None  # from the kill until the last of them was `ready` again
+    viewers: int
+    exact: int  # viewers holding every event once and in order at the end
+    missed: int
+    doubled: int
+    skipped: int
+
+    def row(self, group: str, where: str) -> Row:
+        took = f"{self.seconds:.1f} s" if self.seconds is not None else "not all"
+        ok = self.reconnected == self.affected and self.missed == 0 and self.doubled == 0
+        return Row(
+            group,
+            f"restart under load: {where}; until every viewer caught up",
+            took,
+            "0 missed, 0 doubled",
+            "met" if ok and self.exact == self.viewers else "NOT met",
+            note=f"{self.affected:,} viewers cut off, {self.reconnected:,} back; "
+            f"{self.missed} missed, {self.doubled} doubled, {self.skipped} out of order; "
+            f"{self.exact:,} of {self.viewers:,} hold every event once",
+        )
+
+
+def _counts(counter: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} ×{n}" for name, n in sorted(counter.items()))
+
+
+def _label(n: int) -> Any:
+    from sessions_app.store import NewEvent
+
+    return NewEvent("entry/label", {"entry": {"type": "label", "targetId": "x", "label": str(n)}})
+
+
+def _write(
+    session_id: str, after_seq: int, events: int, rate: float, commits: dict[int, float]
+) -> int:
+    """Append `events` events, `rate` a second, noting when each commit returned."""
+    from django.db import connection
+
+    from sessions_app import store
+
+    seq = after_seq
     try:
-        async with websockets.connect(
-            url,
-            additional_headers={"Cookie": cookie, "Origin": f"http://127.0.0.1:{port}"},
-            max_size=None,
-            open_timeout=60,
-        ) as ws:
-            while not stop.is_set():
-                try:
-                    raw = await asyncio.wait_for(ws.recv(), 0.5)
-                except TimeoutError:
-                    continue
-                message = json.loads(raw)
-                if message["type"] == "ready":
-                    ready.set()
-                elif message["type"] == "event":
-                    seen.append(message["seq"])
-                    arrivals.setdefault(message["seq"], time.time())
-    except Exception as exc:  # reported, and fails the run
-        errors.append(f"{type(exc).__name__}: {exc}")
+        for n in range(events):
+            seq = store.append_events(session_id, seq, [_label(n)]).last_seq
+            commits[seq] = time.time()
+            if rate:
+                time.sleep(1 / rate)
+    finally:
+        connection.close()
+    return seq
+
+
+async def _write_meanwhile(
+    session_id: str, after_seq: int, events: int, rate: float, commits: dict[int, float]
+) -> int:
+    return await asyncio.to_thread(_write, session_id, after_seq, events, rate, commits)
+
+
+def _watched_session(owner: Any, title: str, seed: int) -> tuple[str, int]:
+    """A new session with `seed` events already in it: (id, last seq)."""
+    from sessions_app import services
+
+    session = services.session_create(owner=owner, title=title)
+    last = _write(str(session.id), session.last_seq, seed, 0, {})
+    return str(session.id), last
+
+
+def _refreshed(session: Any) -> None:
+    """`session.refresh_from_db()` from a worker thread, closing that thread's connection."""
+    from django.db import connection
+
+    try:
+        session.refresh_from_db()
+    finally:
+        connection.close()
+
+
+def _headers(cookie: str, port: int) -> dict[str, str]:
+    return {"Cookie": cookie, "Origin": f"http://127.0.0.1:{port}"}
+
+
+@dataclass
+class OneProcess:
+    storm: Storm
+    delivery: Delivery
+    rss_idle_mb: float
+    rss_viewers_mb: float
+    exact: int  # viewers holding every event once and in order at the end
+
+
+def one_process(
+    owner: Any,
+    *,
+    viewers: int = VIEWERS,
+    port: int = PORT,
+    database_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    seed: int = SEED_EVENTS,
+    events: int = EVENTS,
+    rate: float = RATE,
+    deadline_s: float = DEADLINE_S,
+) -> OneProcess:
+    """`viewers` connect at once to one process; then `events` are written at `rate`."""
+    session_id, last = _watched_session(owner, "live storm", seed)
+    cookie = _cookie_for(owner)
+    server = Daphne(port, database_url, env)
+    url = f"ws://127.0.0.1:{port}/ws/sessions/{session_id}/"
+
+    async def main() -> OneProcess:
+        rss_idle = server.rss_mb()
+        crowd = Crowd.start(url, _headers(cookie, port), viewers)
+        try:
+            storm = crowd.storm(await crowd.until_all_ready(deadline_s))
+            await asyncio.sleep(2)
+            rss_viewers = server.rss_mb()
+            commits: dict[int, float] = {}
+            final = await _write_meanwhile(session_id, last, events, rate, commits)
+            await crowd.until_caught_up(final, 30)
+        finally:
+            await crowd.close()
+        exact = sum(1 for v in crowd.viewers if v.exact(final))
+        return OneProcess(storm, delivery(crowd.viewers, commits), rss_idle, rss_viewers, exact)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        server.stop()
+
+
+@dataclass
+class OnCluster:
+    storm: Storm
+    spread: list[int]  # websockets per process after the storm
+    delivery: Delivery
+    restart: Restart
+
+
+def on_cluster(
+    owner: Any,
+    *,
+    viewers: int = CLUSTER_VIEWERS,
+    front: int = CLUSTER_PORT,
+    workers: int = 2,
+    database_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    seed: int = SEED_EVENTS,
+    events: int = EVENTS,
+    rate: float = RATE,
+    restart_events: int = EVENTS,
+    deadline_s: float = DEADLINE_S,
+) -> OnCluster:
+    """`viewers` connect at once through HAProxy; `events` are written at `rate`; then, while
+    `restart_events` more are written, process 1 is killed and started again."""
+    from deploy.cluster import Cluster
+    from deploy.haproxy import server_connections
+
+    session_id, last = _watched_session(owner, "live cluster", seed)
+    cookie = _cookie_for(owner)
+    children = {"STRAND_RECOVER_AT_START": "0", **(env or {})}
+    if database_url:
+        children["DATABASE_URL"] = database_url
+    state = Path(tempfile.mkdtemp(prefix="strand-cluster-"))
+    cluster = Cluster(front, workers, state, children)
+    cluster.start()
+    url = f"ws://127.0.0.1:{front}/ws/sessions/{session_id}/"
+
+    async def main() -> OnCluster:
+        crowd = Crowd.start(url, _headers(cookie, front), viewers)
+        try:
+            storm = crowd.storm(await crowd.until_all_ready(deadline_s))
+            await asyncio.sleep(2)
+            spread = [server_connections(cluster.admin_socket, i) for i in range(workers)]
+            commits: dict[int, float] = {}
+            seq = await _write_meanwhile(session_id, last, events, rate, commits)
+            await crowd.until_caught_up(seq, 30)
+            latency = delivery(crowd.viewers, commits)
+
+            writing = asyncio.ensure_future(
+                _write_meanwhile(session_id, seq, restart_events, rate, {})
+            )
+            await asyncio.sleep(min(5.0, restart_events / rate / 4))
+            killed_at = time.time()
+            await asyncio.to_thread(cluster.kill, 0)
+            await asyncio.to_thread(cluster.respawn, 0)
+            final = await writing
+            await crowd.until_caught_up(final, deadline_s)
+        finally:
+            await crowd.close()
+        affected = [v for v in crowd.viewers if any(t >= killed_at for t in v.closes)]
+        back = [[r for r in v.readies if r >= killed_at] for v in affected]
+        reconnected = sum(1 for r in back if r)
+        seconds = (
+            max(r[0] for r in back) - killed_at if back and reconnected == len(affected) else None
+        )
+        restart = Restart(
+            len(affected),
+            reconnected,
+            seconds,
+            len(crowd.viewers),
+            sum(1 for v in crowd.viewers if v.exact(final)),
+            sum(len(set(range(final + 1)) - set(v.received)) for v in crowd.viewers),
+            sum(v.doubled for v in crowd.viewers),
+            sum(v.skipped for v in crowd.viewers),
+        )
+        return OnCluster(storm, spread, latency, restart)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        cluster.stop()
 
 
 def _in_thread(target: Callable[[], None]) -> threading.Thread:
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread
-
-
-def run_latency(report: Report, rate: float = 5.0, events: int = 100) -> None:
-    from sessions_app import services, store
-    from sessions_app.store import NewEvent
-
-    owner = services.user_get_or_create_local(username="bench")
-    session = services.session_create(owner=owner, title="live latency")
-    cookie = _cookie_for(owner)
-    server = Daphne()
-    commits: dict[int, float] = {}
-    per_viewer: list[dict[int, float]] = [{} for _ in range(VIEWERS)]
-    seen: list[list[int]] = [[] for _ in range(VIEWERS)]
-    errors: list[str] = []
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        ready = [asyncio.Event() for _ in range(VIEWERS)]
-        tasks = [
-            asyncio.create_task(
-                _viewer(
-                    PORT, str(session.id), 0, cookie, seen[i], per_viewer[i], ready[i], stop, errors
-                )
-            )
-            for i in range(VIEWERS)
-        ]
-        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 120)
-
-        def write() -> None:
-            seq = session.last_seq
-            for n in range(events):
-                label = {"type": "label", "targetId": "x", "label": str(n)}
-                seq = store.append_events(
-                    session.id, seq, [NewEvent("entry/label", {"entry": label})]
-                ).last_seq
-                commits[seq] = time.time()
-                time.sleep(1 / rate)
-            from django.db import connection
-
-            connection.close()
-
-        writer = _in_thread(write)
-        while writer.is_alive():
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(2)
-        stop.set()
-        await asyncio.gather(*tasks)
-
-    try:
-        asyncio.run(main())
-    finally:
-        server.stop()
-    latencies = sorted(
-        (arrivals[seq] - at) * 1000
-        for arrivals in per_viewer
-        for seq, at in commits.items()
-        if seq in arrivals
-    )
-    missing = sum(1 for arrivals in per_viewer for seq in commits if seq not in arrivals)
-    p50 = statistics.median(latencies)
-    p99 = latencies[int(len(latencies) * 0.99) - 1]
-    report.add(
-        Row(
-            "live",
-            f"delivery latency commit → client, {VIEWERS} viewers, {rate:g} events/s, p50",
-            f"{p50:.1f} ms",
-        ),
-        Row(
-            "live",
-            f"delivery latency commit → client, {VIEWERS} viewers, {rate:g} events/s, p99",
-            f"{p99:.1f} ms",
-            "< 100 ms" if rate <= 5 else "",
-            ("met" if p99 < 100 else "NOT met") if rate <= 5 else "",
-            note=f"{len(latencies):,} deliveries, {missing} missing, {len(errors)} errors",
-        ),
-    )
 
 
 @dataclass
@@ -190,7 +548,7 @@ def load(
     owner: Any,
     *,
     seconds: float = 60.0,
-    viewers: int = VIEWERS,
+    viewers: int = LOAD_VIEWERS,
     writers: int = 20,
     sessions: int = 4,
     port: int = PORT,
@@ -207,7 +565,6 @@ def load(
     watched = [services.session_create(owner=owner, title=f"load {i}") for i in range(sessions)]
     server = Daphne(port, database_url)
     rss_start = server.rss_mb()
-    seen: list[list[int]] = [[] for _ in range(viewers)]
     errors: list[str] = []
     conflicts = [0]
 
@@ -234,41 +591,36 @@ def load(
                 return
             time.sleep(0.05)
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        ready = [asyncio.Event() for _ in range(viewers)]
-        tasks = [
-            asyncio.create_task(
-                _viewer(
-                    port,
-                    str(watched[i % sessions].id),
-                    0,
-                    cookie,
-                    seen[i],
-                    {},
-                    ready[i],
-                    stop,
-                    errors,
-                )
-            )
-            for i in range(viewers)
+    async def main() -> list[Crowd]:
+        counts = [viewers // sessions + (i < viewers % sessions) for i in range(sessions)]
+        crowds = [
+            Crowd.start(f"ws://127.0.0.1:{port}/ws/sessions/{s.id}/", _headers(cookie, port), n)
+            for s, n in zip(watched, counts, strict=True)
         ]
-        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 120)
-        stopping = threading.Event()
-        threads = [
-            _in_thread(functools.partial(writer, str(watched[w % sessions].id), stopping))
-            for w in range(writers)
-        ]
-        await asyncio.sleep(seconds)
-        stopping.set()
-        while any(t.is_alive() for t in threads):
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(3)
-        stop.set()
-        await asyncio.gather(*tasks)
+        try:
+            for crowd in crowds:
+                if await crowd.until_all_ready(DEADLINE_S) is None:
+                    errors.append(f"{crowd.storm(None).dropped} viewers never connected")
+            stopping = threading.Event()
+            threads = [
+                _in_thread(functools.partial(writer, str(watched[w % sessions].id), stopping))
+                for w in range(writers)
+            ]
+            await asyncio.sleep(seconds)
+            stopping.set()
+            for thread in threads:
+                await asyncio.to_thread(thread.join, 60)
+            for s, crowd in zip(watched, crowds, strict=True):
+                await asyncio.to_thread(_refreshed, s)
+                if not await crowd.until_caught_up(s.last_seq, 30):
+                    errors.append(f"viewers of {s.id} never caught up")
+        finally:
+            for crowd in crowds:
+                await crowd.close()
+        return crowds
 
     try:
-        asyncio.run(main())
+        crowds = asyncio.run(main())
         rss_end = server.rss_mb()
     finally:
         server.stop()
@@ -276,12 +628,46 @@ def load(
     for s in watched:
         s.refresh_from_db()
         last[str(s.id)] = s.last_seq
-    bad = sum(
-        1
-        for i, got in enumerate(seen)
-        if got != list(range(1, last[str(watched[i % sessions].id)] + 1))
-    )
+    bad = 0
+    for s, crowd in zip(watched, crowds, strict=True):
+        bad += sum(1 for v in crowd.viewers if not v.exact(last[str(s.id)]))
+        for v in crowd.viewers:
+            errors.extend(f"viewer: {name} ×{n}" for name, n in v.errors.items())
     return LoadResult(seconds, sum(last.values()), conflicts[0], bad, errors, rss_start, rss_end)
+
+
+def run_one_process(report: Report) -> None:
+    from sessions_app import services
+
+    result = one_process(services.user_get_or_create_local(username="bench"))
+    per_1000 = (result.rss_viewers_mb - result.rss_idle_mb) * 1000 / VIEWERS
+    report.add(
+        result.storm.row("live", "one process"),
+        *result.delivery.rows("live", "one process", RATE),
+        Row(
+            "live",
+            "resident memory per 1,000 idle viewers, one process",
+            f"{per_1000:.0f} MB",
+            note=f"{result.rss_idle_mb:.0f} MB with none → {result.rss_viewers_mb:.0f} MB "
+            f"with {VIEWERS:,}; {result.exact:,} of {VIEWERS:,} viewers hold every event once",
+        ),
+    )
+
+
+def run_cluster(report: Report) -> None:
+    from sessions_app import services
+
+    result = on_cluster(services.user_get_or_create_local(username="bench"))
+    where = "cluster (HAProxy + 2 processes)"
+    storm = result.storm.row("live", where)
+    storm.note += f"; websockets per process: {' / '.join(f'{n:,}' for n in result.spread)}"
+    report.add(
+        storm,
+        *result.delivery.rows("live", where, RATE),
+        result.restart.row(
+            "live", f"process 1 of 2 killed and started again under {CLUSTER_VIEWERS:,} viewers"
+        ),
+    )
 
 
 def run_load(report: Report, seconds: float = 60.0) -> None:
@@ -291,7 +677,7 @@ def run_load(report: Report, seconds: float = 60.0) -> None:
     report.add(
         Row(
             "load",
-            f"{VIEWERS} viewers + 20 API writers, {seconds:.0f} s, one daphne",
+            f"{LOAD_VIEWERS} viewers + 20 API writers, {seconds:.0f} s, one daphne",
             f"{result.written:,} events written ({result.written / seconds:,.0f}/s), "
             f"{result.conflicts:,} retries after 409",
             note=f"{len(result.errors)} errors",
@@ -299,7 +685,7 @@ def run_load(report: Report, seconds: float = 60.0) -> None:
         Row(
             "load",
             "viewers that missed, doubled or reordered an event",
-            f"{result.bad_viewers} of {VIEWERS}",
+            f"{result.bad_viewers} of {LOAD_VIEWERS}",
             "0",
             "met" if result.bad_viewers == 0 and not result.errors else "NOT met",
         ),
@@ -311,7 +697,22 @@ def run_load(report: Report, seconds: float = 60.0) -> None:
     )
 
 
+def _reported(report: Report, name: str, scenario: Callable[[Report], None]) -> None:
+    """Run `scenario`; if it fails, a row says so and the run goes on."""
+    try:
+        scenario(report)
+    except Exception as exc:
+        report.add(
+            Row(
+                "live",
+                f"{name}: did not finish",
+                f"{type(exc).__name__}: {exc}"[:300],
+                verdict="NOT met",
+            )
+        )
+
+
 def run(report: Report) -> None:
-    run_latency(report, rate=5, events=100)
-    run_latency(report, rate=20, events=200)
-    run_load(report)
+    _reported(report, "one process", run_one_process)
+    _reported(report, "cluster", run_cluster)
+    _reported(report, "load", run_load)
