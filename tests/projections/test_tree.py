@@ -64,6 +64,25 @@ def test_tree_draws_like_pis_tree_with_the_active_branch_first() -> None:
     assert view.active_path == (ids["u1"], ids["a1"], ids["u3"], ids["a3"])
 
 
+def test_rows_give_their_indent_and_connector_in_constant_size() -> None:
+    log, ids = branched_session()
+
+    view = project_tree(log.entries, ids["a3"])
+
+    # What the doors draw from: the same layout as the prefixes above, as a number and one
+    # mark, so that a row's size does not grow with its depth.
+    assert [(row.node.text, row.display_indent, row.connector) for row in view.rows] == [
+        ("hello", 0, ""),
+        ("hi there", 0, ""),
+        ("try B", 1, "├─"),
+        ("B done", 2, "├─"),
+        ("B again", 2, "└─"),
+        ("try A", 1, "├─"),
+        ("A done", 2, ""),
+        ("try C", 1, "└─"),
+    ]
+
+
 def test_nodes_know_children_counts_leaves_and_active_path() -> None:
     log, ids = branched_session()
 
@@ -221,6 +240,7 @@ def test_hundred_thousand_entry_comb_keeps_gutters_cheap() -> None:
     assert len(view.rows) == len(entries)
     assert view.max_indent > 40_000
     assert view.rows[1].prefix == "├─ "
+    assert (view.rows[-1].display_indent, view.rows[-1].connector) == (1, "└─")
 
 
 # --- properties --------------------------------------------------------------------------
