@@ -32,6 +32,9 @@ def failed(api: Api, session: Session, text: str) -> str:
 
 def test_retry_starts_a_turn_that_answers_from_the_same_point(as_alice: Api, session: Session):
     entry_id = failed(as_alice, session, "fault 529 once through the api")
+    chat = body_of(as_alice.get(f"/sessions/{session.id}/views/chat"))
+    fault = chat["items"][1]["fault"]
+    assert (fault["kind"], fault["status"], fault["attempts"]) == ("overloaded", 529, 1)
     response = as_alice.post(f"/sessions/{session.id}/retry", {"entry_id": entry_id})
     assert response.status_code == 202 and body_of(response)["turn"] == 2
     wait_idle(session)

@@ -78,6 +78,9 @@ class ScriptedServer:
         self.replies.extend(replies)
 
     def close(self) -> None:
+        if not self._thread.is_alive():
+            return  # closed already
+
         async def stop() -> None:
             self._server.close()
             current = asyncio.current_task()

@@ -343,6 +343,17 @@ def test_a_cut_stream_is_retried_from_scratch(faulty, kind):
     assert second["previous_fault"]["received_chars"] == len("Half an ")
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unreachable_server_is_retried_then_recorded(faulty, kind):
+    server, session = faulty(kind, max_retries=1)
+    server.close()  # nothing listens on its port any more
+    ended = agent.agent_run_foreground(session.id, "hi")
+    assert [e.reason for e in ended] == ["error"]
+    reply = assert_recorded_as_failed(session, attempts=2)
+    assert reply["fault"]["kind"] == "connection"
+    assert "could not reach" in reply["entry"]["message"]["errorMessage"]
+
+
 def test_deterministic_faults_are_not_retried(faulty):
     server, session = faulty("openai", max_retries=3)
     server.script(Failure(400, error_body("openai", "unknown parameter: foo")))
