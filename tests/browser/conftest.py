@@ -138,7 +138,7 @@ def _stop(server: Server) -> None:
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory under which sessions made in the browser get their working directory
-    (each user's own folder, `user-<id>`, as `access.default_cwd` makes it)."""
+    (each user's own folder, `user-<id>`, as `workspaces.default_cwd` makes it)."""
     return tmp_path_factory.mktemp("workspace")
 
 
