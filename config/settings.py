@@ -266,6 +266,9 @@ STRAND_RATE_LIMITS = {
     scope: tuple(limit)
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
 }
+# Open websockets re-check their sign-in at once on sign-out and account changes
+# (sessions_app.live_access), and every this many seconds besides (an expired session).
+STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
 
 # --- Limits: rate-limited pages and sign-in throttling ---------------------------------------
 # A page refused by a rate limit answers 429 (sessions_app.limit_responses). Sign-in is

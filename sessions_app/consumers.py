@@ -16,7 +16,10 @@ has, so nothing is shown twice.
 
 Access: the cookie session (AuthMiddlewareStack) and `access.session_for`; the Origin
 header is checked by AllowedHostsOriginValidator before this consumer runs. A refused
-socket is closed before the handshake completes (HTTP 403).
+socket is closed before the handshake completes (HTTP 403). An open socket follows its
+account (`live_access`): after a sign-out, a deactivation, a new password or a lost staff
+flag it is re-checked and, if it may no longer watch, closed with 4401 (signed out) or 4403
+(this session is no longer visible), and sends nothing more.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.serializers.json import DjangoJSONEncoder
 
 from projections.records import EventRecord
-from sessions_app import access, live, live_admission, live_db, store
+from sessions_app import access, live, live_access, live_admission, live_db, store
 
 PAGE = 500
-CLOSE_REFUSED = 4403
+CLOSE_REFUSED = live_access.CLOSE_NOT_VISIBLE
 
 
 def event_message(event: EventRecord) -> dict[str, Any]:
@@ -88,28 +91,71 @@ def _visible_session_id(user: Any, session_id: str) -> str | None:
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):
     session_id: str | None = None
+    requested: str = ""
     cursor: int = -1
+    revoked: int | None = None  # the close code, once access was withdrawn
 
     async def connect(self) -> None:
-        requested = str(self.scope["url_route"]["kwargs"]["session_id"])
-        session_id = await live_db.run(_visible_session_id, self.scope.get("user"), requested)
-        if session_id is None:
-            await self.close(code=CLOSE_REFUSED)
-            return
-        self.session_id = session_id
-        self.cursor = after_seq_of(self.scope.get("query_string", b""))
-        # The listener may hand events straight to this socket (see `deliver`) while its own
-        # handlers run: the cursor is only read and moved under this lock.
+        self.requested = str(self.scope["url_route"]["kwargs"]["session_id"])
+        # The listener may hand events straight to this socket (see `deliver`) and re-check
+        # its access (see `recheck_access`) while its own handlers run: the cursor is only
+        # read and moved, and access only decided, under this lock.
         self.sending = asyncio.Lock()
-        await self.accept()
+        # Watched, with the listener listening, before the check: an account change committed
+        # after the check reaches this socket.
+        live_access.watch(
+            self.channel_name, self.scope.get("user"), self._session_key(), self.recheck_access
+        )
+        await live.wait_listening()
+        async with self.sending:
+            session_id = await live_db.run(
+                _visible_session_id, self.scope.get("user"), self.requested
+            )
+            if session_id is None or self.revoked is not None:
+                live_access.unwatch(self.channel_name)
+                if self.revoked is None:
+                    await self.close(code=CLOSE_REFUSED)
+                return
+            self.session_id = session_id
+            self.cursor = after_seq_of(self.scope.get("query_string", b""))
+            await self.accept()
         # Listen first, then read: a commit lands either in the read or in a notification.
         await self.channel_layer.group_add(live.group_name(session_id), self.channel_name)
         await live.subscribe(session_id, self.channel_name, self.deliver)
-        await self._send_new_events()
-        await self.send_json({"type": "ready", "last_seq": self.cursor})
+        async with self.sending:
+            await self._read_new_events()
+            if self.revoked is None:
+                await self.send_json({"type": "ready", "last_seq": self.cursor})
         live_admission.ready(self.scope)
 
+    def _session_key(self) -> str | None:
+        return getattr(self.scope.get("session"), "session_key", None)
+
+    async def recheck_access(self) -> None:
+        """Close this socket if its sign-in, or its user's right to see the session, is gone
+        (`live_access` calls this on an account change and periodically)."""
+        async with self.sending:
+            if self.revoked is not None:
+                return
+            check = live_db.run(
+                live_access.socket_close_code,
+                self._session_key(),
+                getattr(self.scope.get("user"), "pk", None),
+                self.session_id or self.requested,
+            )
+            # A check that fails (the database busy or away) leaves the socket open until the
+            # next one: closing every socket of a busy process would bring them all back at once.
+            code = await asyncio.wait_for(check, live_access.CHECK_TIMEOUT_S)
+            if code is None:
+                return
+            self.revoked = code
+            live_access.unwatch(self.channel_name)
+            if self.session_id is not None:
+                live.unsubscribe(self.session_id, self.channel_name)
+            await self.close(code=code)
+
     async def disconnect(self, code: int) -> None:
+        live_access.unwatch(self.channel_name)
         if self.session_id is None:
             return
         live.unsubscribe(self.session_id, self.channel_name)
@@ -134,6 +180,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self._deliver(message)
 
     async def _deliver(self, message: Mapping[str, Any]) -> None:
+        if self.revoked is not None:
+            return
         for seq, frame in message.get("events", ()):
             if seq <= self.cursor:
                 continue
@@ -146,6 +194,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self._read_new_events()
 
     async def session_delta(self, message: Mapping[str, Any]) -> None:
+        if self.revoked is not None:
+            return
         await self.send_json(delta_message(message))
 
     async def _send_new_events(self) -> None:
@@ -154,7 +204,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def _read_new_events(self) -> None:
         assert self.session_id is not None
-        while True:
+        while self.revoked is None:
             page = await live_db.run(store.events_after, self.session_id, self.cursor, PAGE)
             for event in page:
                 await self.send_json(event_message(event))

@@ -32,7 +32,7 @@ from channels.layers import get_channel_layer
 from django.db import connections
 from psycopg.conninfo import make_conninfo
 
-from sessions_app import live_db
+from sessions_app import live_access, live_db
 from sessions_app.store import NOTIFY_CHANNEL, events_after
 
 log = logging.getLogger("strand.live")
@@ -96,6 +96,7 @@ class _Listener:
     deliverers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = field(default_factory=dict)
     fetched: dict[str, int] = field(default_factory=dict)  # session → last seq read here
     listening: asyncio.Event = field(default_factory=asyncio.Event)
+    listened: bool = False  # has listened before (so a LISTEN now follows a lost connection)
     task: asyncio.Task[None] | None = None
     connection: psycopg.AsyncConnection[Any] | None = None
 
@@ -120,10 +121,20 @@ class _Listener:
         self.connection = conn
         try:
             await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            await conn.execute(f"LISTEN {live_access.ACCOUNT_CHANNEL}")
             self.listening.set()
             # Commits made while this listener was not listening were not notified here.
+            # (Sockets wait for the first LISTEN before their access check: `wait_listening`.)
+            if self.listened:
+                live_access.recheck_all_soon()
+            self.listened = True
             await self._nudge_all()
             async for note in conn.notifies():
+                if note.channel == live_access.ACCOUNT_CHANNEL:
+                    # Awaited before the next notification: an event committed after an
+                    # account change never reaches a socket that the change shuts out.
+                    await live_access.account_changed(note.payload)
+                    continue
                 parsed = parse_payload(note.payload)
                 if parsed is not None:
                     await self._forward(*parsed)
@@ -196,6 +207,14 @@ def _current() -> _Listener:
     elif _listener.task is None or _listener.task.done():
         _listener.start()
     return _listener
+
+
+async def wait_listening() -> None:
+    """Start this process's listener if needed; return once it listens (or after a timeout).
+    A socket waits for this before checking its access, so that an account change committed
+    after the check is notified here (see `live_access`)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_current().listening.wait(), READY_TIMEOUT_S)
 
 
 async def subscribe(

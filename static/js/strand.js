@@ -75,15 +75,50 @@
   // close by a proxy or a restarting server, a socket closed on purpose) this page does.
   var EXTENSION_RETRIES = [1006, 1011, 1012, 1013];
 
+  // The server closes a socket for good when its sign-in has gone (4401: signed out, a new
+  // password, a disabled account) or when this user may no longer see the session (4403);
+  // see sessions_app/live_access.py. Reconnecting would only be refused: say so instead.
+  var CLOSED_FOR_GOOD = {
+    4401: { state: "signed-out", text: "You were signed out; this page no longer updates.", link: "Sign in again" },
+    4403: { state: "no-access", text: "You can no longer see this session.", link: "All sessions" },
+  };
+
   body.addEventListener("htmx:wsClose", function (evt) {
     live.connected = false;
     live.ready = false;
     var code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
     live.lastCloseCode = code;
+    if (CLOSED_FOR_GOOD[code]) {
+      endLive(code);
+      return;
+    }
     live.failures += 1;
     setConnectionState("reconnecting");
     if (EXTENSION_RETRIES.indexOf(code) < 0) scheduleReconnect();
   });
+
+  function endLive(code) {
+    var reason = CLOSED_FOR_GOOD[code];
+    live.closedCode = code;
+    setConnectionState(reason.state);
+    // Without its element the socket is never opened again (see scheduleReconnect).
+    var element = document.getElementById("live-socket");
+    if (element) element.remove();
+    var flash = document.getElementById("flash");
+    if (!flash || document.getElementById("live-ended")) return;
+    var note = document.createElement("p");
+    note.id = "live-ended";
+    note.className = "flash-msg error";
+    note.setAttribute("role", "alert");
+    note.textContent = reason.text + " ";
+    var link = document.createElement("a");
+    link.href = code === 4401
+      ? "/accounts/login/?next=" + encodeURIComponent(window.location.pathname + window.location.search)
+      : "/";
+    link.textContent = reason.link;
+    note.appendChild(link);
+    flash.appendChild(note);
+  }
 
   function scheduleReconnect() {
     var delay = reconnectDelay();
