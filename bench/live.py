@@ -1,12 +1,9 @@
 """Live updates over websockets: connect storms, delivery latency, restarts, memory.
 
-Every viewer here behaves like the browser client (`static/js/strand.js`): it connects with
-`after_seq` set to the last seq it holds, counts what arrives twice or after a gap, and
-after a close waits a random time below a cap that doubles with each close since its last
-`ready` (0.5 s, 1 s, 2 s… 30 s) before it connects again; a close with 4503 (the server's
-"try again later") counts as a refusal. A viewer that has no `ready` by the deadline is
-counted as dropped; nothing waits without a bound, and a scenario that fails is reported as
-a row instead of ending the run.
+The scenarios and their viewers, which reconnect as the browser client does, are in
+`tests/reliability/live_scenarios.py` (the tests run them small); here they run at full size
+and their figures become rows. A scenario that fails is reported as a row instead of ending
+the run.
 
 - **storm**: `VIEWERS` viewers open their sockets at once against one daphne process, and
   `CLUSTER_VIEWERS` against the cluster (HAProxy in front of 2 processes, as `make
@@ -23,617 +20,79 @@ a row instead of ending the run.
   (retrying on 409) for 60 s; every viewer must receive every event of its session exactly
   once and in order.
 
-The viewers and the writer run in this process (asyncio, and a thread for the writer), the
-servers in others, all on the same cores; figures include that contention.
+The viewers and the writer run in this process, the servers in others, all on the same
+cores; figures include that contention.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
-import json
-import random
-import statistics
-import tempfile
-import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from bench.common import Report, Row
-from deploy import daphne
-
-PORT = 18_700
-CLUSTER_PORT = 18_710  # HAProxy; its processes on the ports after it
-VIEWERS = 1000
-CLUSTER_VIEWERS = 2000
-LOAD_VIEWERS = 200
-RATE = 5.0
-EVENTS = 100
-SEED_EVENTS = 20  # already in the session: each viewer's catch-up reads them
-DEADLINE_S = 180.0
-
-CLOSE_TRY_LATER = 4503
-CLOSED_FOR_GOOD = (4401, 4403)
-RECONNECT_BASE_S = 0.5
-RECONNECT_MAX_S = 30.0
-
-
-class Daphne:
-    def __init__(
-        self,
-        port: int = PORT,
-        database_url: str | None = None,
-        extra: Mapping[str, str] | None = None,
-    ) -> None:
-        # The load test's writers append far faster than one user may: no limits here.
-        env = {"STRAND_RECOVER_AT_START": "0", "STRAND_RATE_LIMITS": '{"append": [0, 60]}'}
-        if database_url:
-            env["DATABASE_URL"] = database_url
-        self.process = daphne.start(port, {**env, **(extra or {})})
-
-    def rss_mb(self) -> float:
-        import psutil
-
-        return psutil.Process(self.process.pid).memory_info().rss / 1e6
-
-    def stop(self) -> None:
-        daphne.stop(self.process, 15)
-
-
-def _cookie_for(user: Any) -> str:
-    from django.test import Client
-
-    client = Client(SERVER_NAME="127.0.0.1")
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}"
-
-
-def reconnect_delay(failures: int) -> float:
-    """The browser client's wait after its `failures`-th close since its last `ready`."""
-    cap = min(RECONNECT_MAX_S, RECONNECT_BASE_S * 2 ** max(0, failures - 1))
-    return random.uniform(0, cap)
-
-
-@dataclass
-class Viewer:
-    """One live viewer of a session, reconnecting as the browser client does."""
-
-    url: str  # ws://host:port/ws/sessions/<id>/
-    headers: Mapping[str, str]
-    last_seq: int = -1
-    received: list[int] = field(default_factory=list)  # every event's seq, as it came
-    arrivals: dict[int, float] = field(default_factory=dict)
-    doubled: int = 0  # events at or below the last seq held
-    skipped: int = 0  # events that came after a gap
-    connects: int = 0
-    refused: int = 0  # closes with 4503
-    failures: int = 0  # closes since the last `ready`
-    closes: list[float] = field(default_factory=list)
-    readies: list[float] = field(default_factory=list)
-    errors: Counter[str] = field(default_factory=Counter)
-    socket: Any = None
-
-    async def run(self, stop: asyncio.Event) -> None:
-        import websockets
-
-        while not stop.is_set():
-            code = 1006
-            try:
-                async with websockets.connect(
-                    f"{self.url}?after_seq={self.last_seq}",
-                    additional_headers=dict(self.headers),
-                    max_size=None,
-                    open_timeout=45,
-                    ping_interval=None,
-                    close_timeout=5,
-                ) as ws:
-                    self.socket = ws
-                    self.connects += 1
-                    async for raw in ws:
-                        self._receive(json.loads(raw))
-                    code = ws.close_code or 1006
-            except websockets.ConnectionClosed as exc:
-                code = exc.rcvd.code if exc.rcvd is not None else 1006
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a refused or broken handshake: counted, then retried
-                self.errors[type(exc).__name__] += 1
-            finally:
-                self.socket = None
-            if stop.is_set():
-                return
-            self.closes.append(time.time())
-            if code in CLOSED_FOR_GOOD:
-                self.errors[f"closed with {code}"] += 1
-                return
-            if code == CLOSE_TRY_LATER:
-                self.refused += 1
-            self.failures += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), reconnect_delay(self.failures))
-
-    def _receive(self, message: Mapping[str, Any]) -> None:
-        if message["type"] == "event":
-            seq = message["seq"]
-            self.received.append(seq)
-            if seq <= self.last_seq:
-                self.doubled += 1
-                return
-            if seq != self.last_seq + 1:
-                self.skipped += 1
-            self.last_seq = seq
-            self.arrivals[seq] = time.time()
-        elif message["type"] == "ready":
-            self.readies.append(time.time())
-            self.failures = 0
-
-    def exact(self, last_seq: int) -> bool:
-        """Whether this viewer (which started with nothing) holds seqs 0…`last_seq`, each
-        once and in order."""
-        return self.received == list(range(last_seq + 1))
-
-
-@dataclass
-class Crowd:
-    """Viewers of one session, each a task on the running loop."""
-
-    viewers: list[Viewer]
-    stop: asyncio.Event
-    tasks: list[asyncio.Task[None]]
-    started: float
-
-    @classmethod
-    def start(cls, url: str, headers: Mapping[str, str], count: int) -> Crowd:
-        stop = asyncio.Event()
-        viewers = [Viewer(url, headers) for _ in range(count)]
-        started = time.time()
-        tasks = [asyncio.create_task(v.run(stop)) for v in viewers]
-        return cls(viewers, stop, tasks, started)
-
-    def connected(self) -> int:
-        return sum(1 for v in self.viewers if v.readies)
-
-    async def until_all_ready(self, deadline_s: float) -> float | None:
-        """Seconds from the start until every viewer had its first `ready`; None if some
-        had none by the deadline."""
-        deadline = self.started + deadline_s
-        while self.connected() < len(self.viewers) and time.time() < deadline:
-            await asyncio.sleep(0.1)
-        if self.connected() < len(self.viewers):
-            return None
-        return max(v.readies[0] for v in self.viewers) - self.started
-
-    async def until_caught_up(self, last_seq: int, timeout_s: float) -> bool:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            if all(v.last_seq >= last_seq for v in self.viewers):
-                return True
-            await asyncio.sleep(0.1)
-        return False
-
-    async def close(self) -> None:
-        self.stop.set()
-        sockets = [v.socket for v in self.viewers if v.socket is not None]
-        if sockets:
-            await asyncio.wait([asyncio.ensure_future(s.close()) for s in sockets], timeout=30)
-        _, pending = await asyncio.wait(self.tasks, timeout=30)
-        for task in pending:
-            task.cancel()
-
-    def storm(self, seconds: float | None) -> Storm:
-        errors: Counter[str] = Counter()
-        for v in self.viewers:
-            errors.update(v.errors)
-        return Storm(
-            len(self.viewers),
-            self.connected(),
-            seconds,
-            sum(v.refused for v in self.viewers),
-            dict(errors),
-        )
-
-
-@dataclass
-class Storm:
-    viewers: int
-    connected: int
-    seconds: float | None  # until the last first `ready`; None: some never had one
-    refused: int  # closes with 4503, each followed by a retry
-    errors: dict[str, int]
-
-    @property
-    def dropped(self) -> int:
-        return self.viewers - self.connected
-
-    def row(self, group: str, where: str) -> Row:
-        took = f"last `ready` after {self.seconds:.1f} s" if self.seconds is not None else ""
-        return Row(
-            group,
-            f"connect storm: {self.viewers:,} viewers at once, {where}",
-            f"{self.connected:,} connected, {self.dropped:,} dropped"
-            + (f"; {took}" if took else ""),
-            "0 dropped",
-            "met" if self.dropped == 0 else "NOT met",
-            note=f"{self.refused:,} refusals (4503) retried"
-            + (f"; failed attempts: {_counts(self.errors)}" if self.errors else ""),
-        )
-
-
-@dataclass
-class Delivery:
-    viewers: int
-    events: int
-    latencies_ms: list[float]
-    missed: int
-    doubled: int
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.latencies_ms) if self.latencies_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        if not self.latencies_ms:
-            return float("nan")
-        return self.latencies_ms[max(0, int(len(self.latencies_ms) * 0.99) - 1)]
-
-    def rows(self, group: str, where: str, rate: float) -> list[Row]:
-        name = f"delivery latency commit → client, {self.viewers:,} viewers, {where}, {rate:g} events/s"
-        ok = self.p99 < 100 and self.missed == 0 and self.doubled == 0
-        return [
-            Row(group, f"{name}, p50", f"{self.p50:.1f} ms"),
-            Row(
-                group,
-                f"{name}, p99",
-                f"{self.p99:.1f} ms",
-                "< 100 ms, 0 missed, 0 doubled",
-                "met" if ok else "NOT met",
-                note=f"{len(self.latencies_ms):,} deliveries, {self.missed} missed, "
-                f"{self.doubled} doubled",
-            ),
-        ]
-
-
-def delivery(viewers: list[Viewer], commits: Mapping[int, float]) -> Delivery:
-    latencies = sorted(
-        (v.arrivals[seq] - at) * 1000
-        for v in viewers
-        for seq, at in commits.items()
-        if seq in v.arrivals
-    )
-    missed = sum(1 for v in viewers for seq in commits if seq not in v.arrivals)
-    doubled = sum(v.doubled for v in viewers)
-    return Delivery(len(viewers), len(commits), latencies, missed, doubled)
-
-
-@dataclass
-class Restart:
-    affected: int  # viewers whose socket the kill closed
-    reconnected: int  # of those, how many had a `ready` again
-    seconds: float | None  # from the kill until the last of them was `ready` again
-    viewers: int
-    exact: int  # viewers holding every event once and in order at the end
-    missed: int
-    doubled: int
-    skipped: int
-
-    def row(self, group: str, where: str) -> Row:
-        took = f"{self.seconds:.1f} s" if self.seconds is not None else "not all"
-        ok = self.reconnected == self.affected and self.missed == 0 and self.doubled == 0
-        return Row(
-            group,
-            f"restart under load: {where}; until every viewer caught up",
-            took,
-            "0 missed, 0 doubled",
-            "met" if ok and self.exact == self.viewers else "NOT met",
-            note=f"{self.affected:,} viewers cut off, {self.reconnected:,} back; "
-            f"{self.missed} missed, {self.doubled} doubled, {self.skipped} out of order; "
-            f"{self.exact:,} of {self.viewers:,} hold every event once",
-        )
+from tests.reliability.live_scenarios import (
+    CLUSTER_VIEWERS,
+    LOAD_VIEWERS,
+    RATE,
+    VIEWERS,
+    Delivery,
+    Restart,
+    Storm,
+    load,
+    on_cluster,
+    one_process,
+)
 
 
 def _counts(counter: Mapping[str, int]) -> str:
     return ", ".join(f"{name} ×{n}" for name, n in sorted(counter.items()))
 
 
-def _label(n: int) -> Any:
-    from sessions_app.store import NewEvent
-
-    return NewEvent("entry/label", {"entry": {"type": "label", "targetId": "x", "label": str(n)}})
-
-
-def _write(
-    session_id: str, after_seq: int, events: int, rate: float, commits: dict[int, float]
-) -> int:
-    """Append `events` events, `rate` a second, noting when each commit returned."""
-    from django.db import connection
-
-    from sessions_app import store
-
-    seq = after_seq
-    try:
-        for n in range(events):
-            seq = store.append_events(session_id, seq, [_label(n)]).last_seq
-            commits[seq] = time.time()
-            if rate:
-                time.sleep(1 / rate)
-    finally:
-        connection.close()
-    return seq
+def storm_row(storm: Storm, group: str, where: str) -> Row:
+    took = f"last `ready` after {storm.seconds:.1f} s" if storm.seconds is not None else ""
+    return Row(
+        group,
+        f"connect storm: {storm.viewers:,} viewers at once, {where}",
+        f"{storm.connected:,} connected, {storm.dropped:,} dropped" + (f"; {took}" if took else ""),
+        "0 dropped",
+        "met" if storm.dropped == 0 else "NOT met",
+        note=f"{storm.refused:,} refusals (4503) retried"
+        + (f"; failed attempts: {_counts(storm.errors)}" if storm.errors else ""),
+    )
 
 
-async def _write_meanwhile(
-    session_id: str, after_seq: int, events: int, rate: float, commits: dict[int, float]
-) -> int:
-    return await asyncio.to_thread(_write, session_id, after_seq, events, rate, commits)
+def delivery_rows(delivery: Delivery, group: str, where: str, rate: float) -> list[Row]:
+    name = (
+        f"delivery latency commit → client, {delivery.viewers:,} viewers, {where}, "
+        f"{rate:g} events/s"
+    )
+    ok = delivery.p99 < 100 and delivery.missed == 0 and delivery.doubled == 0
+    return [
+        Row(group, f"{name}, p50", f"{delivery.p50:.1f} ms"),
+        Row(
+            group,
+            f"{name}, p99",
+            f"{delivery.p99:.1f} ms",
+            "< 100 ms, 0 missed, 0 doubled",
+            "met" if ok else "NOT met",
+            note=f"{len(delivery.latencies_ms):,} deliveries, {delivery.missed} missed, "
+            f"{delivery.doubled} doubled",
+        ),
+    ]
 
 
-def _watched_session(owner: Any, title: str, seed: int) -> tuple[str, int]:
-    """A new session with `seed` events already in it: (id, last seq)."""
-    from sessions_app import services
-
-    session = services.session_create(owner=owner, title=title)
-    last = _write(str(session.id), session.last_seq, seed, 0, {})
-    return str(session.id), last
-
-
-def _refreshed(session: Any) -> None:
-    """`session.refresh_from_db()` from a worker thread, closing that thread's connection."""
-    from django.db import connection
-
-    try:
-        session.refresh_from_db()
-    finally:
-        connection.close()
-
-
-def _headers(cookie: str, port: int) -> dict[str, str]:
-    return {"Cookie": cookie, "Origin": f"http://127.0.0.1:{port}"}
-
-
-@dataclass
-class OneProcess:
-    storm: Storm
-    delivery: Delivery
-    rss_idle_mb: float
-    rss_viewers_mb: float
-    exact: int  # viewers holding every event once and in order at the end
-
-
-def one_process(
-    owner: Any,
-    *,
-    viewers: int = VIEWERS,
-    port: int = PORT,
-    database_url: str | None = None,
-    env: Mapping[str, str] | None = None,
-    seed: int = SEED_EVENTS,
-    events: int = EVENTS,
-    rate: float = RATE,
-    deadline_s: float = DEADLINE_S,
-) -> OneProcess:
-    """`viewers` connect at once to one process; then `events` are written at `rate`."""
-    session_id, last = _watched_session(owner, "live storm", seed)
-    cookie = _cookie_for(owner)
-    server = Daphne(port, database_url, env)
-    url = f"ws://127.0.0.1:{port}/ws/sessions/{session_id}/"
-
-    async def main() -> OneProcess:
-        rss_idle = server.rss_mb()
-        crowd = Crowd.start(url, _headers(cookie, port), viewers)
-        try:
-            storm = crowd.storm(await crowd.until_all_ready(deadline_s))
-            await asyncio.sleep(2)
-            rss_viewers = server.rss_mb()
-            commits: dict[int, float] = {}
-            final = await _write_meanwhile(session_id, last, events, rate, commits)
-            await crowd.until_caught_up(final, 30)
-        finally:
-            await crowd.close()
-        exact = sum(1 for v in crowd.viewers if v.exact(final))
-        return OneProcess(storm, delivery(crowd.viewers, commits), rss_idle, rss_viewers, exact)
-
-    try:
-        return asyncio.run(main())
-    finally:
-        server.stop()
-
-
-@dataclass
-class OnCluster:
-    storm: Storm
-    spread: list[int]  # websockets per process after the storm
-    delivery: Delivery
-    restart: Restart
-
-
-def on_cluster(
-    owner: Any,
-    *,
-    viewers: int = CLUSTER_VIEWERS,
-    front: int = CLUSTER_PORT,
-    workers: int = 2,
-    database_url: str | None = None,
-    env: Mapping[str, str] | None = None,
-    seed: int = SEED_EVENTS,
-    events: int = EVENTS,
-    rate: float = RATE,
-    restart_events: int = EVENTS,
-    deadline_s: float = DEADLINE_S,
-) -> OnCluster:
-    """`viewers` connect at once through HAProxy; `events` are written at `rate`; then, while
-    `restart_events` more are written, process 1 is killed and started again."""
-    from deploy.cluster import Cluster
-    from deploy.haproxy import server_connections
-
-    session_id, last = _watched_session(owner, "live cluster", seed)
-    cookie = _cookie_for(owner)
-    children = {"STRAND_RECOVER_AT_START": "0", **(env or {})}
-    if database_url:
-        children["DATABASE_URL"] = database_url
-    state = Path(tempfile.mkdtemp(prefix="strand-cluster-"))
-    cluster = Cluster(front, workers, state, children)
-    cluster.start()
-    url = f"ws://127.0.0.1:{front}/ws/sessions/{session_id}/"
-
-    async def main() -> OnCluster:
-        crowd = Crowd.start(url, _headers(cookie, front), viewers)
-        try:
-            storm = crowd.storm(await crowd.until_all_ready(deadline_s))
-            await asyncio.sleep(2)
-            spread = [server_connections(cluster.admin_socket, i) for i in range(workers)]
-            commits: dict[int, float] = {}
-            seq = await _write_meanwhile(session_id, last, events, rate, commits)
-            await crowd.until_caught_up(seq, 30)
-            latency = delivery(crowd.viewers, commits)
-
-            writing = asyncio.ensure_future(
-                _write_meanwhile(session_id, seq, restart_events, rate, {})
-            )
-            await asyncio.sleep(min(5.0, restart_events / rate / 4))
-            killed_at = time.time()
-            await asyncio.to_thread(cluster.kill, 0)
-            await asyncio.to_thread(cluster.respawn, 0)
-            final = await writing
-            await crowd.until_caught_up(final, deadline_s)
-        finally:
-            await crowd.close()
-        affected = [v for v in crowd.viewers if any(t >= killed_at for t in v.closes)]
-        back = [[r for r in v.readies if r >= killed_at] for v in affected]
-        reconnected = sum(1 for r in back if r)
-        seconds = (
-            max(r[0] for r in back) - killed_at if back and reconnected == len(affected) else None
-        )
-        restart = Restart(
-            len(affected),
-            reconnected,
-            seconds,
-            len(crowd.viewers),
-            sum(1 for v in crowd.viewers if v.exact(final)),
-            sum(len(set(range(final + 1)) - set(v.received)) for v in crowd.viewers),
-            sum(v.doubled for v in crowd.viewers),
-            sum(v.skipped for v in crowd.viewers),
-        )
-        return OnCluster(storm, spread, latency, restart)
-
-    try:
-        return asyncio.run(main())
-    finally:
-        cluster.stop()
-
-
-def _in_thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
-
-
-@dataclass
-class LoadResult:
-    seconds: float
-    written: int
-    conflicts: int
-    bad_viewers: int
-    errors: list[str]
-    rss_start_mb: float
-    rss_end_mb: float
-
-
-def load(
-    owner: Any,
-    *,
-    seconds: float = 60.0,
-    viewers: int = LOAD_VIEWERS,
-    writers: int = 20,
-    sessions: int = 4,
-    port: int = PORT,
-    database_url: str | None = None,
-) -> LoadResult:
-    """Viewers over several sessions and API writers appending with expected_seq; each
-    viewer must see every event of its session once, in order."""
-    import requests
-
-    from sessions_app import services, tokens
-
-    _, token = tokens.token_create(owner, "load")
-    cookie = _cookie_for(owner)
-    watched = [services.session_create(owner=owner, title=f"load {i}") for i in range(sessions)]
-    server = Daphne(port, database_url)
-    rss_start = server.rss_mb()
-    errors: list[str] = []
-    conflicts = [0]
-
-    def writer(session_id: str, stop: threading.Event) -> None:
-        http = requests.Session()
-        http.headers["Authorization"] = f"Bearer {token}"
-        url = f"http://127.0.0.1:{port}/api/sessions/{session_id}/events"
-        expected, n = 0, 0
-        while not stop.is_set():
-            label = {"type": "label", "targetId": "x", "label": f"{threading.get_ident()}:{n}"}
-            body: dict[str, Any] = {
-                "expected_seq": expected,
-                "events": [{"type": "entry/label", "data": {"entry": label}}],
-            }
-            response = http.post(url, json=body, timeout=30)
-            if response.status_code == 201:
-                expected = response.json()["last_seq"]
-                n += 1
-            elif response.status_code == 409:
-                conflicts[0] += 1
-                expected = response.json()["current_seq"]
-            else:
-                errors.append(f"writer {response.status_code}: {response.text[:200]}")
-                return
-            time.sleep(0.05)
-
-    async def main() -> list[Crowd]:
-        counts = [viewers // sessions + (i < viewers % sessions) for i in range(sessions)]
-        crowds = [
-            Crowd.start(f"ws://127.0.0.1:{port}/ws/sessions/{s.id}/", _headers(cookie, port), n)
-            for s, n in zip(watched, counts, strict=True)
-        ]
-        try:
-            for crowd in crowds:
-                if await crowd.until_all_ready(DEADLINE_S) is None:
-                    errors.append(f"{crowd.storm(None).dropped} viewers never connected")
-            stopping = threading.Event()
-            threads = [
-                _in_thread(functools.partial(writer, str(watched[w % sessions].id), stopping))
-                for w in range(writers)
-            ]
-            await asyncio.sleep(seconds)
-            stopping.set()
-            for thread in threads:
-                await asyncio.to_thread(thread.join, 60)
-            for s, crowd in zip(watched, crowds, strict=True):
-                await asyncio.to_thread(_refreshed, s)
-                if not await crowd.until_caught_up(s.last_seq, 30):
-                    errors.append(f"viewers of {s.id} never caught up")
-        finally:
-            for crowd in crowds:
-                await crowd.close()
-        return crowds
-
-    try:
-        crowds = asyncio.run(main())
-        rss_end = server.rss_mb()
-    finally:
-        server.stop()
-    last = {}
-    for s in watched:
-        s.refresh_from_db()
-        last[str(s.id)] = s.last_seq
-    bad = 0
-    for s, crowd in zip(watched, crowds, strict=True):
-        bad += sum(1 for v in crowd.viewers if not v.exact(last[str(s.id)]))
-        for v in crowd.viewers:
-            errors.extend(f"viewer: {name} ×{n}" for name, n in v.errors.items())
-    return LoadResult(seconds, sum(last.values()), conflicts[0], bad, errors, rss_start, rss_end)
+def restart_row(restart: Restart, group: str, where: str) -> Row:
+    took = f"{restart.seconds:.1f} s" if restart.seconds is not None else "not all"
+    ok = restart.reconnected == restart.affected and restart.missed == 0 and restart.doubled == 0
+    return Row(
+        group,
+        f"restart under load: {where}; until every viewer caught up",
+        took,
+        "0 missed, 0 doubled",
+        "met" if ok and restart.exact == restart.viewers else "NOT met",
+        note=f"{restart.affected:,} viewers cut off, {restart.reconnected:,} back; "
+        f"{restart.missed} missed, {restart.doubled} doubled, {restart.skipped} out of order; "
+        f"{restart.exact:,} of {restart.viewers:,} hold every event once",
+    )
 
 
 def run_one_process(report: Report) -> None:
@@ -642,8 +101,8 @@ def run_one_process(report: Report) -> None:
     result = one_process(services.user_get_or_create_local(username="bench"))
     per_1000 = (result.rss_viewers_mb - result.rss_idle_mb) * 1000 / VIEWERS
     report.add(
-        result.storm.row("live", "one process"),
-        *result.delivery.rows("live", "one process", RATE),
+        storm_row(result.storm, "live", "one process"),
+        *delivery_rows(result.delivery, "live", "one process", RATE),
         Row(
             "live",
             "resident memory per 1,000 idle viewers, one process",
@@ -659,13 +118,15 @@ def run_cluster(report: Report) -> None:
 
     result = on_cluster(services.user_get_or_create_local(username="bench"))
     where = "cluster (HAProxy + 2 processes)"
-    storm = result.storm.row("live", where)
+    storm = storm_row(result.storm, "live", where)
     storm.note += f"; websockets per process: {' / '.join(f'{n:,}' for n in result.spread)}"
     report.add(
         storm,
-        *result.delivery.rows("live", where, RATE),
-        result.restart.row(
-            "live", f"process 1 of 2 killed and started again under {CLUSTER_VIEWERS:,} viewers"
+        *delivery_rows(result.delivery, "live", where, RATE),
+        restart_row(
+            result.restart,
+            "live",
+            f"process 1 of 2 killed and started again under {CLUSTER_VIEWERS:,} viewers",
         ),
     )
 

@@ -7,16 +7,15 @@ import os
 
 import pytest
 
-from bench.live import load
+from tests.reliability.live_scenarios import load
 from tests.runtime.conftest import child_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_viewers_miss_and_double_nothing_while_writers_race(django_user_model):
-    owner = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+def test_viewers_miss_and_double_nothing_while_writers_race(alice):
     result = load(
-        owner,
+        alice,
         seconds=8,
         viewers=60,
         writers=6,

@@ -1,6 +1,6 @@
 """Connect storms and restarts with real daphne processes, real HAProxy and real websockets.
 
-The viewers reconnect as the browser client does (`bench.live.Viewer`). Counts and
+The viewers reconnect as the browser client does (`live_scenarios.Viewer`). Counts and
 correctness are asserted; times are only reported (the 1,000- and 2,000-viewer runs are in
 `make bench`)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.live import on_cluster, one_process
+from tests.reliability.live_scenarios import on_cluster, one_process
 from tests.runtime.conftest import child_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,12 +22,9 @@ def _port(offset: int) -> int:
     return 23_000 + (os.getpid() % 300) * 10 + offset
 
 
-def test_a_storm_beyond_what_a_process_admits_all_connect_after_retrying(
-    django_user_model,
-) -> None:
-    owner = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+def test_a_storm_beyond_what_a_process_admits_all_connect_after_retrying(alice) -> None:
     result = one_process(
-        owner,
+        alice,
         viewers=120,
         port=_port(0),
         database_url=child_database_url(),
@@ -50,12 +47,9 @@ def test_a_storm_beyond_what_a_process_admits_all_connect_after_retrying(
     shutil.which("haproxy") is None and not Path("/usr/sbin/haproxy").exists(),
     reason="haproxy is not installed (make haproxy-deps)",
 )
-def test_viewers_of_a_killed_process_come_back_through_haproxy_missing_nothing(
-    django_user_model,
-) -> None:
-    owner = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+def test_viewers_of_a_killed_process_come_back_through_haproxy_missing_nothing(alice) -> None:
     result = on_cluster(
-        owner,
+        alice,
         viewers=80,
         front=_port(3),
         database_url=child_database_url(),
