@@ -11,8 +11,13 @@ seq it has. Without this,
 an overloaded process leaves every socket waiting until daphne drops it at its handshake
 timeout, and the clients, all retrying together, repeat the storm.
 
-- `STRAND_WS_MAX_CONNECTING` (default 200): sockets between their handshake and their
-  `ready` at once in one process; one more is refused with 4503.
+- `STRAND_WS_MAX_CONNECTING` (default 1,000): sockets between their handshake and their
+  `ready` at once in one process; one more is refused with 4503. A refusal is not free (a
+  whole handshake), so the limit is what a process gets through well inside daphne's
+  handshake timeout rather than what it serves at once: about 6 ms of CPU per socket here,
+  so 1,000 take some 6 s. A 1,000-viewer storm on this 2-core machine, at a load of 6–10
+  from other work: with 200, 1,500–2,900 refusals, 7.7–18.8 s of the process's CPU and the
+  last `ready` after 21–74 s; with 1,000, no refusal, 6.1–8.9 s and 15–26 s.
 - `STRAND_WS_MAX_SOCKETS` (default 10,000): open sockets in one process; one more is
   refused with 4503 (behind a balancer, the retry usually lands on another process).
 """
@@ -29,7 +34,7 @@ SCOPE_KEY = "strand.admission"
 
 
 def max_connecting() -> int:
-    return int(os.environ.get("STRAND_WS_MAX_CONNECTING", "200"))
+    return int(os.environ.get("STRAND_WS_MAX_CONNECTING", "1000"))
 
 
 def max_sockets() -> int:
