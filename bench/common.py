@@ -110,7 +110,6 @@ class Row:
 @dataclass
 class Report:
     rows: list[Row] = field(default_factory=list)
-    commands: list[str] = field(default_factory=list)
 
     def add(self, *rows: Row) -> None:
         self.rows.extend(rows)
