@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,7 @@ def events_text(session_id: Any) -> str:
     return json.dumps([e.data for e in store.events_after(session_id, -1, 100_000)])
 
 
-def headers(session_id: Any) -> list[dict[str, Any]]:
+def headers(session_id: Any) -> list[Mapping[str, Any]]:
     return [
         e.data for e in store.events_after(session_id, -1, 100_000) if e.type == "request/header"
     ]
