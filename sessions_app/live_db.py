@@ -12,8 +12,7 @@ handshake timeout.
 Here those reads run on `STRAND_LIVE_DB_THREADS` threads (default 4). Each keeps its Django
 connection between calls and closes it after `IDLE_CLOSE_S` without work, so a process holds
 at most that many connections for its websockets however many there are, and an idle
-process holds none. `pending()` tells how many calls wait for a thread, which is what the
-consumer's admission check reads.
+process holds none.
 """
 
 from __future__ import annotations
@@ -54,8 +53,6 @@ class _Threads:
     size: int
     jobs: queue.SimpleQueue[_Job | threading.Barrier] = field(default_factory=queue.SimpleQueue)
     threads: list[threading.Thread] = field(default_factory=list)
-    waiting: int = 0  # calls submitted and not yet started
-    counting: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
         for n in range(self.size):
@@ -65,8 +62,6 @@ class _Threads:
 
     def submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
         future: Future[T] = Future()
-        with self.counting:
-            self.waiting += 1
         self.jobs.put(_Job(future, fn, args))
         return future
 
@@ -85,8 +80,6 @@ class _Threads:
                     job.wait()
                 connections.close_all()
                 continue
-            with self.counting:
-                self.waiting -= 1
             if not job.future.set_running_or_notify_cancel():
                 continue
             try:
@@ -130,12 +123,6 @@ def _pool() -> _Threads:
 async def run(fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)` on one of the websocket database threads."""
     return await asyncio.wrap_future(_pool().submit(fn, args))
-
-
-def pending() -> int:
-    """Calls waiting for a thread now."""
-    threads = _threads
-    return 0 if threads is None else threads.waiting
 
 
 def close_connections() -> None:

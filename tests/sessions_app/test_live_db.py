@@ -1,0 +1,48 @@
+"""The websockets' database threads keep a few connections between reads (instead of a new
+Postgres connection per read), and let them go when asked."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from django.db import connection
+
+from sessions_app import live_db
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+def _backend_pid() -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_reads_one_after_another_and_at_once_share_a_few_kept_connections() -> None:
+    try:
+        one_by_one = [await live_db.run(_backend_pid) for _ in range(30)]
+        at_once = await asyncio.gather(*(live_db.run(_backend_pid) for _ in range(60)))
+        used = set(one_by_one) | set(at_once)
+        assert len(used) <= live_db.thread_count()
+    finally:
+        await asyncio.to_thread(live_db.close_connections)
+    # Closed: the next read opens a connection of its own.
+    try:
+        assert await live_db.run(_backend_pid) not in used
+    finally:
+        await asyncio.to_thread(live_db.close_connections)
+
+
+async def test_an_error_reaches_the_caller_and_the_thread_serves_on() -> None:
+    def fails() -> None:
+        raise LookupError("nothing here")
+
+    try:
+        with pytest.raises(LookupError, match="nothing here"):
+            await live_db.run(fails)
+        assert await live_db.run(_backend_pid) > 0
+    finally:
+        await asyncio.to_thread(live_db.close_connections)
