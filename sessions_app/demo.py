@@ -2,8 +2,9 @@
 
 The local account (STRAND_LOCAL_USER, default `local`) gets a generated password the first
 time, printed once with the address and the user name; there is no fixed default password.
-Later runs leave the password alone. The demo sessions (a short session with a tool call,
-and an imported Pi session with branches and compactions) are loaded once.
+Later runs leave the password alone. The account is staff and superuser: the install's
+administrator. The demo sessions (a short session with a tool call, and an imported Pi
+session with branches and compactions) are loaded once.
 """
 
 from __future__ import annotations
@@ -38,10 +39,16 @@ def server_address() -> str:
 def local_account_ensure(out: TextIO | None = None) -> tuple[User, str | None]:
     """The local account, with a generated password when it has none yet.
 
-    Returns the user and the new password (None when the account already had one). The
-    password is printed to `out` with the address and the user name.
+    On a local install that account is its administrator (staff and superuser), so that the
+    admin and its audit of model requests open with it. Returns the user and the new
+    password (None when the account already had one). The password is printed to `out` with
+    the address and the user name.
     """
     user = services.user_get_or_create_local()
+    if not (user.is_staff and user.is_superuser):
+        # Saved only when it changes: every change to an account re-checks its open sockets.
+        user.is_staff = user.is_superuser = True
+        user.save(update_fields=["is_staff", "is_superuser"])
     if user.password and user.has_usable_password():
         return user, None
     password = secrets.token_urlsafe(12)
@@ -53,7 +60,9 @@ def local_account_ensure(out: TextIO | None = None) -> tuple[User, str | None]:
             f"\nStrand: sign in at {server_address()}\n"
             f"  user name: {name}\n"
             f"  password:  {password}\n"
-            f"(shown once; change it with `python manage.py changepassword {name}`)\n\n"
+            f"(shown once; change it with `python manage.py changepassword {name}`)\n"
+            f"The account is this install's administrator: the admin and its audit of model "
+            f"requests are at {server_address().rstrip('/')}/admin/\n\n"
         )
         out.flush()
     return user, password

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 from django.http import HttpRequest
-from django.test import RequestFactory
+from django.test import Client, RequestFactory
 
 from sessions_app import demo
 from sessions_app.models import Session
@@ -47,3 +47,22 @@ def test_the_address_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     out = io.StringIO()
     demo.local_account_ensure(out)
     assert "http://0.0.0.0:9000/" in out.getvalue()
+
+
+def test_the_local_account_is_the_installs_administrator(client: Client) -> None:
+    out = io.StringIO()
+    user, password = demo.local_account_ensure(out)
+    assert user.is_staff and user.is_superuser
+    assert "http://127.0.0.1:8000/admin/" in out.getvalue()
+    assert authenticate(sign_in(), username="local", password=password) == user
+    client.force_login(user)
+    assert client.get("/admin/").status_code == 200
+    assert client.get("/admin/sessions_app/requestaudit/").status_code == 200
+
+
+def test_an_existing_local_account_becomes_the_administrator() -> None:
+    User.objects.create_user(username="local", password="an-old-password-1234")
+    user, password = demo.local_account_ensure(io.StringIO())
+    assert password is None  # the password it had is kept
+    user.refresh_from_db()
+    assert user.is_staff and user.is_superuser
