@@ -12,14 +12,26 @@ import pytest
 os.environ.setdefault("STRAND_RECOVER_AT_START", "0")
 
 
+# The personas, defined here once for every test: Alice owns the sessions under test, Bob
+# is another user, Carol is staff (she may read every session and change none but her own).
+# Each password is the name followed by "-pass-1234".
+
+
 @pytest.fixture
-def alice(django_user_model):
+def alice(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
 
 
 @pytest.fixture
-def bob(django_user_model):
+def bob(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(username="bob", password="bob-pass-1234")
+
+
+@pytest.fixture
+def carol(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(
+        username="carol", password="carol-pass-1234", is_staff=True
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,8 @@
-"""Personas and clients for the API tests.
+"""Clients of the API for each persona, and the fixtures of the API tests.
 
-Alice owns the sessions under test; Bob is another user; Carol is staff (she may read every
-session and change none but her own). Each persona talks to the API either with a personal
-token (`Authorization: Bearer …`) or with a signed-in browser session that sends the CSRF
-token, as a browser would.
+The personas (Alice, Bob and Carol, staff) are those of `tests/conftest.py`. Each talks to
+the API either with a personal token (`Authorization: Bearer …`) or with a signed-in
+browser session that sends the CSRF token, as a browser would.
 """
 
 from __future__ import annotations
@@ -80,13 +79,6 @@ def cookie_api(user: Any) -> Api:
 
 def body_of(response: Any) -> Any:
     return json.loads(response.content)
-
-
-@pytest.fixture
-def carol(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user(
-        username="carol", password="carol-pass-1234", is_staff=True
-    )
 
 
 @pytest.fixture

@@ -107,10 +107,9 @@ bodies = st.one_of(
 
 
 @pytest.fixture
-def writer(django_user_model, settings):
+def writer(alice, settings):
     # Every example appends as the same user; the append limit would refuse most of them.
     settings.STRAND_RATE_LIMITS = {"append": (0, 60)}
-    alice = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
     _, token = tokens.token_create(alice, "fuzz")
     return alice, {"HTTP_AUTHORIZATION": f"Bearer {token}"}
 

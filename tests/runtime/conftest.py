@@ -45,8 +45,9 @@ def _stop_runs(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def owner(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+def owner(alice: Any) -> Any:
+    """Whose sessions the runtime tests run: Alice."""
+    return alice
 
 
 @pytest.fixture

@@ -163,11 +163,10 @@ def test_htmx_fragments_hold_nothing_inline_either(alice: Any, turn_session: Ses
 
 
 def test_admin_pages_carry_the_policy_and_nothing_inline(
-    django_user_model: Any, turn_session: Session
+    admin_user: Any, turn_session: Session
 ) -> None:
-    admin = django_user_model.objects.create_superuser(username="dora", password="dora-pass-1234")
     client = Client()
-    client.force_login(admin)
+    client.force_login(admin_user)
     audit = RequestAudit.objects.filter(session_id=turn_session.id).order_by("seq")
     urls = [
         "/admin/",
@@ -177,7 +176,7 @@ def test_admin_pages_carry_the_policy_and_nothing_inline(
         "/admin/sessions_app/requestaudit/",
         *(f"/admin/sessions_app/requestaudit/{row.pk}/change/" for row in audit),
         "/admin/auth/user/",
-        f"/admin/auth/user/{admin.pk}/change/",
+        f"/admin/auth/user/{admin_user.pk}/change/",
     ]
     assert len(urls) > 8  # the audit rows of the turn are among them
     for url in urls:

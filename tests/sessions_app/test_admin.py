@@ -6,15 +6,8 @@ from sessions_app import services, store
 from tests.sessions_app.test_store import user_msg
 
 
-@pytest.fixture
-def staff_client(client, django_user_model):
-    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456")
-    client.force_login(admin)
-    return client
-
-
 @pytest.mark.django_db
-def test_admin_lists_sessions_events_and_entries_with_filters_and_search(staff_client, alice):
+def test_admin_lists_sessions_events_and_entries_with_filters_and_search(admin_client, alice):
     session = services.session_create(owner=alice, title="Searchable title")
     entry_id = store.append_events(session.id, 0, [user_msg("hello")]).entry_ids[0]
     pages = {
@@ -23,16 +16,16 @@ def test_admin_lists_sessions_events_and_entries_with_filters_and_search(staff_c
         "/admin/sessions_app/entry/?q=" + entry_id: entry_id,
     }
     for url, expected in pages.items():
-        response = staff_client.get(url)
+        response = admin_client.get(url)
         assert response.status_code == 200, url
         assert expected in response.content.decode(), url
 
 
 @pytest.mark.django_db
-def test_events_and_entries_are_read_only_in_the_admin(staff_client, alice):
+def test_events_and_entries_are_read_only_in_the_admin(admin_client, alice):
     session = services.session_create(owner=alice)
     store.append_events(session.id, 0, [user_msg("hello")])
-    assert staff_client.get("/admin/sessions_app/event/add/").status_code == 403
-    assert staff_client.get("/admin/sessions_app/entry/add/").status_code == 403
-    listing = staff_client.get("/admin/sessions_app/event/").content.decode()
+    assert admin_client.get("/admin/sessions_app/event/add/").status_code == 403
+    assert admin_client.get("/admin/sessions_app/entry/add/").status_code == 403
+    listing = admin_client.get("/admin/sessions_app/event/").content.decode()
     assert 'name="action"' not in listing  # no delete action offered

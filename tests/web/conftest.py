@@ -20,14 +20,6 @@ def fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-@pytest.fixture
-def carol(django_user_model: Any) -> User:
-    """Staff: may read every session, change none but her own."""
-    return django_user_model.objects.create_user(
-        username="carol", password="carol-pass-1234", is_staff=True
-    )
-
-
 def client_for(user: User | None) -> Client:
     client = Client()
     if user is not None:
