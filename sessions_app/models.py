@@ -53,7 +53,10 @@ class Event(models.Model):
     pages or joins by it (concurrent commits land out of id order).
     """
 
-    session = models.ForeignKey(Session, on_delete=models.DO_NOTHING, related_name="events")
+    # No index of its own: the (session, seq) key serves every read of one session.
+    session = models.ForeignKey(
+        Session, on_delete=models.DO_NOTHING, related_name="events", db_index=False
+    )
     seq = models.BigIntegerField()
     type = models.CharField(max_length=64)
     schema_version = models.PositiveSmallIntegerField(default=1)
@@ -69,7 +72,22 @@ class Event(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="event_session_seq"),
         ]
-        indexes = [models.Index(fields=["type", "time"], name="event_type_time")]
+        indexes = [
+            models.Index(fields=["type", "time"], name="event_type_time"),
+            # The events of given turns (a trace window, a request's turn).
+            models.Index(fields=["session", "turn"], name="event_session_turn"),
+            # A session's turns and its model requests, without reading its other events.
+            models.Index(
+                fields=["session", "turn"],
+                name="event_session_turn_start",
+                condition=models.Q(type="turn/start"),
+            ),
+            models.Index(
+                fields=["session", "seq"],
+                name="event_session_request",
+                condition=models.Q(type="request/sent"),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.type}"
@@ -78,7 +96,10 @@ class Event(models.Model):
 class Entry(models.Model):
     """One node of the conversation tree, Pi-compatible; a projection of the event log."""
 
-    session = models.ForeignKey(Session, on_delete=models.DO_NOTHING, related_name="entries")
+    # No index of its own: the (session, entry_id) and (session, seq) keys serve every read.
+    session = models.ForeignKey(
+        Session, on_delete=models.DO_NOTHING, related_name="entries", db_index=False
+    )
     # Pi's id (8 hex chars for entries Pi made); unique within a session.
     entry_id = models.CharField(max_length=64)
     parent_id = models.CharField(max_length=64, null=True, blank=True)

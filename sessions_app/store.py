@@ -418,19 +418,28 @@ def entries_of(session_id: uuid.UUID | str) -> list[EntryRecord]:
         return [_entry_record(row) for row in cur.fetchall()]
 
 
-# The path from a leaf up to the root (or to depth %(min_depth)s) as (entry_id, parent_id,
+# The path from a leaf up to the root (or to depth %(min_depth)s) as (id, entry_id, parent_id,
 # seq, depth) rows, named `path`; parameters %(s)s (session), %(leaf)s and %(min_depth)s.
 # It stops at a missing parent (an orphan starts its own path) and never loops: the depth
-# column strictly decreases along a valid path. Other reads join what they need to it.
+# column strictly decreases along a valid path. Other reads join what they need to it (the
+# entry itself by its `id`).
+#
+# Each step is one lookup of the parent by the (session, entry_id) key: the LATERAL
+# subquery with its LIMIT cannot be turned into a join, so no estimate of the session's
+# size can make Postgres hash or scan the session's entries at every step. The cost is
+# that of the entries walked, whatever the session's length and its statistics.
 PATH_CTE = """
 WITH RECURSIVE path AS (
-    SELECT entry_id, parent_id, seq, depth FROM sessions_app_entry
+    SELECT id, entry_id, parent_id, seq, depth FROM sessions_app_entry
     WHERE session_id = %(s)s AND entry_id = %(leaf)s
     UNION ALL
-    SELECT e.entry_id, e.parent_id, e.seq, e.depth
-    FROM sessions_app_entry e JOIN path p
-      ON e.session_id = %(s)s AND e.entry_id = p.parent_id AND e.depth < p.depth
-    WHERE e.depth >= %(min_depth)s
+    SELECT up.id, up.entry_id, up.parent_id, up.seq, up.depth
+    FROM path p CROSS JOIN LATERAL (
+        SELECT e.id, e.entry_id, e.parent_id, e.seq, e.depth FROM sessions_app_entry e
+        WHERE e.session_id = %(s)s AND e.entry_id = p.parent_id
+          AND e.depth < p.depth AND e.depth >= %(min_depth)s
+        LIMIT 1
+    ) up
 )"""
 
 
@@ -443,8 +452,9 @@ def path_to_root(
         cur.execute(
             f"""{PATH_CTE}
             SELECT e.entry_id, e.parent_id, e.type, e.timestamp, e.data, e.seq
-            FROM path JOIN sessions_app_entry e
-              ON e.session_id = %(s)s AND e.entry_id = path.entry_id
+            FROM path CROSS JOIN LATERAL (
+                SELECT * FROM sessions_app_entry WHERE id = path.id LIMIT 1
+            ) e
             ORDER BY path.depth
             """,
             {"s": str(session_id), "leaf": leaf_id, "min_depth": min_depth},
