@@ -89,6 +89,8 @@ SESSION_ENDPOINTS = [
     Endpoint("PUT", "/sessions/{sid}/leaf", {"entry_id": "{entry}"}, True, 200),
     Endpoint("POST", "/sessions/{sid}/navigate", {"entry_id": "{entry}"}, True, 200),
     Endpoint("POST", "/sessions/{sid}/fork", {"entry_id": "{entry}"}, True, 201),
+    # The leaf is a reply that did not fail: the owner is told there is nothing to retry.
+    Endpoint("POST", "/sessions/{sid}/retry", {}, True, 422),
     Endpoint("DELETE", "/sessions/{sid}", None, True, 204),
 ]
 
