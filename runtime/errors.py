@@ -19,6 +19,15 @@ class SessionBusy(AgentError):
     code = "conflict"
 
 
+def lock_refusal(turn_open: bool) -> AgentError:
+    """Why work that needs the session to itself (a leaf move, a compaction, a navigation)
+    cannot have its turn lock: a turn holds it, or other such work does. Every door that
+    moves the leaf refuses with this one answer."""
+    if turn_open:
+        return TurnRunning("a turn is running in this session: wait for it or cancel it first")
+    return SessionBusy("the session is busy (a compaction or navigation is running)")
+
+
 class NothingToCompact(AgentError):
     code = "invalid"
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from projections.records import EntryRecord, EventRecord
+from projections.turns import TURN_MARKERS, PendingApproval, is_open, pending_approvals
 from runtime.compaction import (
     branch_summary,
     compaction_entry,
@@ -30,8 +31,8 @@ from runtime.errors import (
     ApprovalNotPending,
     NotFound,
     NothingToCompact,
-    SessionBusy,
     TurnRunning,
+    lock_refusal,
 )
 from runtime.loop import DeltaSink, NoticeSink, Run, TurnEnded, TurnRunner, new_inbox_id
 from runtime.messages import text_of
@@ -44,7 +45,6 @@ log = logging.getLogger("strand.runtime")
 
 MODES = ("message", "steer", "follow_up")
 _TARGET = {"steer": "next_step", "follow_up": "next_turn"}
-TURN_MARKERS = ("turn/start", "turn/end")
 RECENT_RUNS = 256
 
 
@@ -95,17 +95,6 @@ class Navigated:
     leaf_id: str | None
     editor_text: str | None  # the text of a user message the user went back to, to edit
     summary_entry_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class PendingApproval:
-    approval_id: str
-    call_id: str
-    tool: str
-    arguments: str
-    turn: int | None
-    step: int | None
-    seq: int
 
 
 ProviderFactory = Callable[[AgentConfig], Provider]
@@ -269,7 +258,7 @@ class Runtime:
                 continue
             # The lock holder is finishing a turn, or compacting or navigating.
             if time.monotonic() > deadline:
-                raise SessionBusy("the session is busy (a compaction or navigation is running)")
+                raise lock_refusal(turn_open=False)
             await asyncio.sleep(0.05)
 
     async def _queue(self, session_id: str, text: str, target: str) -> Sent | None:
@@ -277,7 +266,7 @@ class Runtime:
         while True:
             head = await self.log.head(session_id)
             marker = await self.log.last_event(session_id, TURN_MARKERS)
-            if marker is None or marker.type != "turn/start":
+            if marker is None or not is_open(marker):
                 return None
             inbox_id = new_inbox_id()
             fact = NewFact(
@@ -367,26 +356,9 @@ class Runtime:
 
     async def _pending(self, session_id: str, upto: int) -> list[PendingApproval]:
         marker = await self.log.last_event(session_id, TURN_MARKERS, before_seq=upto + 1)
-        if marker is None or marker.type != "turn/start":
+        if marker is None or not is_open(marker):
             return []
-        events = await self._events_from(session_id, marker.seq, upto)
-        asked: dict[str, PendingApproval] = {}
-        for event in events:
-            data = event.data
-            if event.type == "approval/asked":
-                approval_id = str(data.get("approval_id"))
-                asked[approval_id] = PendingApproval(
-                    approval_id,
-                    str(data.get("call_id")),
-                    str(data.get("tool")),
-                    str(data.get("arguments") or ""),
-                    event.turn,
-                    event.step,
-                    event.seq,
-                )
-            elif event.type == "approval/decided":
-                asked.pop(str(data.get("approval_id")), None)
-        return list(asked.values())
+        return list(pending_approvals(await self._events_from(session_id, marker.seq, upto)))
 
     # --- recovery ------------------------------------------------------------------------
 
@@ -409,7 +381,7 @@ class Runtime:
             marker = await self.log.last_event(
                 session_id, TURN_MARKERS, before_seq=head.last_seq + 1
             )
-            if marker is None or marker.type != "turn/start":
+            if marker is None or not is_open(marker):
                 return Recovery(session_id, None, "nothing")
             turn = _turn_of(marker)
             events = await self._events_from(session_id, marker.seq, head.last_seq)
@@ -425,7 +397,7 @@ class Runtime:
 
     async def _open_turn(self, session_id: str) -> EventRecord | None:
         marker = await self.log.last_event(session_id, TURN_MARKERS)
-        return marker if marker is not None and marker.type == "turn/start" else None
+        return marker if is_open(marker) else None
 
     async def _events_from(self, session_id: str, first: int, last: int) -> list[EventRecord]:
         events: list[EventRecord] = []
@@ -526,9 +498,9 @@ class Runtime:
             if lock is not None:
                 return lock
             if await self._open_turn(session_id) is not None:
-                raise TurnRunning("a turn is running in this session: wait for it or cancel it")
+                raise lock_refusal(turn_open=True)
             if time.monotonic() > deadline:
-                raise SessionBusy("the session is busy (a compaction or navigation is running)")
+                raise lock_refusal(turn_open=False)
             await asyncio.sleep(0.05)
 
     async def _append_at_head(self, session_id: str, facts: Sequence[NewFact]) -> tuple[str, ...]:
