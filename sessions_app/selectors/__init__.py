@@ -1,26 +1,129 @@
-"""Every read of sessions, events and entries that the doors (pages, the API, the HTML
-export, the websocket consumer, the commands) make. Nothing here writes.
+"""Every read of sessions, events and entries that the doors make (the pages, the API, the
+HTML export, the websocket consumer, the commands). Nothing here writes.
 
-Modules by what they read: `context` (a leaf's model context), `entries`, `tree` (the branch
-tree, a page of rows at a time), `requests` (model requests), `turns`. Their public names
-are re-exported here, so `selectors.session_context(...)` reads as before.
+Modules by what they read:
+
+- `sessions`: the list a user sees (the home page's rows, the API's pages), one session;
+- `pages`: the windows the page and the API show, the chat of a path's end and the trace
+  of a branch's turns, with what it takes to read further;
+- `tree`: the branch tree, a window of rows at a time (rows around the leaf, the path
+  above, a subtree);
+- `context`: the model context of a leaf, read from its kept window;
+- `requests`: a model request rebuilt exactly, the context view of a branch;
+- `turns`: turn numbers, and the state of the latest turn (`projections.turns` folds it);
+- `events`, `entries`: pages of the log, the whole log as a stream for exports.
+
+Every window costs what it shows, not what the session holds. The public names are
+re-exported here: `selectors.chat_window(...)`.
 """
 
 from __future__ import annotations
 
 from sessions_app.selectors.context import session_context
 from sessions_app.selectors.entries import entry_exists, entry_records
-from sessions_app.selectors.requests import request_context, request_view
-from sessions_app.selectors.tree import TreePage, tree_page
-from sessions_app.selectors.turns import turn_numbers
+from sessions_app.selectors.events import (
+    event_at,
+    events_after,
+    events_of_turns,
+    latest_event,
+    log_stream,
+)
+from sessions_app.selectors.pages import (
+    CHAT_ENTRIES,
+    ChatWindow,
+    TraceWindow,
+    chat_window,
+    selected_span,
+    shown_leaf,
+    trace_window,
+)
+from sessions_app.selectors.requests import (
+    CONTEXT_MESSAGES,
+    ContextWindow,
+    NextContext,
+    RequestRef,
+    context_window,
+    message_text,
+    next_context,
+    request_context,
+    request_view,
+    requests_of,
+)
+from sessions_app.selectors.sessions import (
+    SessionPage,
+    SessionRow,
+    session_by_id,
+    session_page,
+    session_reloaded,
+    session_rows,
+    sessions_by_age,
+    visible_session_id,
+)
+from sessions_app.selectors.tree import (
+    TREE_FULL_LIMIT,
+    TREE_ROWS,
+    TreePage,
+    TreeWindow,
+    tree_page,
+    tree_path_window,
+    tree_rows,
+    tree_subtree_window,
+    tree_window,
+)
+from sessions_app.selectors.turns import (
+    open_turn_approvals,
+    session_turn_state,
+    turn_lock_held,
+    turn_numbers,
+    turn_states,
+)
 
 __all__ = [
+    "CHAT_ENTRIES",
+    "CONTEXT_MESSAGES",
+    "TREE_FULL_LIMIT",
+    "TREE_ROWS",
+    "ChatWindow",
+    "ContextWindow",
+    "NextContext",
+    "RequestRef",
+    "SessionPage",
+    "SessionRow",
+    "TraceWindow",
     "TreePage",
+    "TreeWindow",
+    "chat_window",
+    "context_window",
     "entry_exists",
     "entry_records",
+    "event_at",
+    "events_after",
+    "events_of_turns",
+    "latest_event",
+    "log_stream",
+    "message_text",
+    "next_context",
+    "open_turn_approvals",
     "request_context",
     "request_view",
+    "requests_of",
+    "selected_span",
+    "session_by_id",
     "session_context",
+    "session_page",
+    "session_reloaded",
+    "session_rows",
+    "session_turn_state",
+    "sessions_by_age",
+    "shown_leaf",
+    "trace_window",
     "tree_page",
+    "tree_path_window",
+    "tree_rows",
+    "tree_subtree_window",
+    "tree_window",
+    "turn_lock_held",
     "turn_numbers",
+    "turn_states",
+    "visible_session_id",
 ]

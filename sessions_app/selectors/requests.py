@@ -1,12 +1,29 @@
-"""Model requests: the exact context a `request/sent` was built from."""
+"""Model requests: the exact context a `request/sent` was built from, and the context view
+of a branch (its requests, one rebuilt and compared with the one before)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from projections.chat import content_text
 from projections.context import EMPTY_CONTEXT, SessionContext, build_session_context
 from projections.records import EventRecord
-from projections.request import RequestNotFound, RequestView, project_request
+from projections.request import (
+    ContextMessage,
+    RequestDiff,
+    RequestNotFound,
+    RequestView,
+    diff_requests,
+    project_request,
+)
+from projections.tokens import estimate_tokens
 from sessions_app import store
-from sessions_app.models import Session
+from sessions_app.models import Event, Session
 from sessions_app.selectors.context import session_context
 
 
@@ -40,3 +57,158 @@ def request_context(session: Session, sent: EventRecord) -> SessionContext:
         before = [e for e in store.entries_of(session.id) if e.seq < sent.seq]
         return build_session_context(before, leaf)
     return session_context(session, leaf)
+
+
+# --- the context view: the requests of a branch, one of them rebuilt ---------------------------
+
+CONTEXT_MESSAGES = 200  # messages of a context drawn (the latest); all on request
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRef:
+    seq: int
+    turn: int | None
+    step: int | None
+    time: datetime
+    leaf_entry_id: str | None
+
+
+def requests_of(session: Session, leaf: str | None, *, everywhere: bool) -> list[RequestRef]:
+    """The session's model requests, oldest first: those built for an entry of the path to
+    `leaf` (the branch shown), or all of them."""
+    sql = (
+        "SELECT ev.seq, ev.turn, ev.step, ev.time, ev.data->>'leaf_entry_id' "
+        "FROM sessions_app_event ev WHERE ev.session_id = %(s)s AND ev.type = 'request/sent'"
+    )
+    if not everywhere:
+        if leaf is None:
+            return []
+        sql = f"{store.PATH_CTE} {sql} AND ev.data->>'leaf_entry_id' IN (SELECT entry_id FROM path)"
+    with connection.cursor() as cur:
+        cur.execute(sql + " ORDER BY ev.seq", {"s": str(session.id), "leaf": leaf, "min_depth": 0})
+        return [RequestRef(*row) for row in cur.fetchall()]
+
+
+def request_count(session: Session) -> int:
+    return Event.objects.filter(session_id=session.id, type="request/sent").count()
+
+
+@dataclass(frozen=True, slots=True)
+class NextContext:
+    """The context a next request from this leaf would start from (no request yet)."""
+
+    messages: tuple[ContextMessage, ...]
+    token_total: int
+    preset: Mapping[str, Any]
+
+
+def next_context(session: Session, leaf: str | None) -> NextContext:
+    context = session_context(session, leaf)
+    lines = tuple(
+        ContextMessage(
+            index=i,
+            role=str(message.get("role")),
+            message=message,
+            text=message_text(message),
+            tokens=estimate_tokens(message),
+            key=str(i),
+        )
+        for i, message in enumerate(context.messages)
+    )
+    return NextContext(lines, sum(m.tokens for m in lines), session.preset or {})
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The readable text of a context message, whatever its role."""
+    role = message.get("role")
+    if role in ("compactionSummary", "branchSummary"):
+        return str(message.get("summary") or "")
+    if role == "bashExecution":
+        return f"$ {message.get('command') or ''}\n{message.get('output') or ''}".rstrip()
+    return content_text(message.get("content"), "\n\n" if role == "assistant" else "\n")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextWindow:
+    """The context view of a branch: its requests, the one chosen (the latest by default)
+    rebuilt exactly and compared with the one before, or the context a next request would
+    start from; the latest CONTEXT_MESSAGES of its messages (all on request)."""
+
+    requests: list[RequestRef]
+    request_count: int
+    chosen: RequestRef | None
+    request_view: RequestView | None = None
+    request_error: str | None = None
+    previous: RequestRef | None = None
+    diff: RequestDiff | None = None
+    next_context: NextContext | None = None
+    context_messages: tuple[ContextMessage, ...] = ()
+    context_hidden: int = 0
+
+    def as_template_context(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def context_window(
+    session: Session,
+    leaf: str | None,
+    *,
+    request: int | None = None,
+    everywhere: bool = False,
+    everything: bool = False,
+) -> ContextWindow:
+    """The context view of the branch to `leaf` (every request of the session with
+    `everywhere`), showing the request at seq `request` (default: the branch's latest);
+    `everything`: all of its messages, not only the latest."""
+    requests = requests_of(session, leaf, everywhere=everywhere)
+    chosen: RequestRef | None = None
+    if request is not None:
+        chosen = next((r for r in requests if r.seq == request), None) or next(
+            (r for r in requests_of(session, leaf, everywhere=True) if r.seq == request),
+            None,
+        )
+    elif requests:
+        chosen = requests[-1]
+    count = request_count(session)
+    if chosen is None:
+        upcoming = next_context(session, leaf)
+        shown, hidden = _shown(upcoming.messages, everything)
+        return ContextWindow(
+            requests,
+            count,
+            None,
+            next_context=upcoming,
+            context_messages=shown,
+            context_hidden=hidden,
+        )
+    try:
+        view = request_view(session, chosen.seq)
+    except RequestNotFound as exc:
+        return ContextWindow(requests, count, chosen, request_error=str(exc))
+    shown, hidden = _shown(view.messages, everything)
+    earlier = [r for r in requests if r.seq < chosen.seq]
+    previous = earlier[-1] if earlier else None
+    diff, error = None, None
+    if previous is not None:
+        try:
+            diff = diff_requests(request_view(session, previous.seq), view)
+        except RequestNotFound as exc:
+            error = str(exc)
+    return ContextWindow(
+        requests,
+        count,
+        chosen,
+        request_view=view,
+        request_error=error,
+        previous=previous,
+        diff=diff,
+        context_messages=shown,
+        context_hidden=hidden,
+    )
+
+
+def _shown(
+    messages: tuple[ContextMessage, ...], everything: bool
+) -> tuple[tuple[ContextMessage, ...], int]:
+    hidden = 0 if everything else max(0, len(messages) - CONTEXT_MESSAGES)
+    return messages[hidden:], hidden

@@ -1,21 +1,284 @@
-"""The branch tree, a page of rows at a time."""
+"""The branch tree, a window of rows at a time.
+
+A window is drawn from the tree as it stood at `as_of_seq` (entries never change and a later
+one has a higher seq, so the same snapshot always lays out the same rows), with `leaf` the
+leaf shown. Two kinds, by the size of the session:
+
+- whole: a session of at most TREE_FULL_LIMIT entries is laid out whole (Pi's /tree
+  layout) and a window is a run of its rows, by default the TREE_ROWS around the leaf (or
+  the entry asked for); the rows before and after are further windows of the same layout;
+- partial: a larger session is drawn near the branch shown, from a window of entries: the
+  path's last TREE_ROWS/2 entries down to the leaf and the first TREE_ROWS/2 entries of the
+  branches that leave them. Further windows are the path above (the same drawing, further
+  up) and a subtree: the entries below one of those branch entries, drawn down the chain of
+  newest children with the branches that leave it, a window at a time.
+
+Either way a window reads at most its own rows' worth of entries (or TREE_FULL_LIMIT), so
+its cost does not grow with the session. In a partial window the projection sees only the
+window's entries: counts below an entry are of those, and depths are relative to the
+window's top (`depth_offset` makes them absolute).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from django.db import connection
+
+from projections.records import EntryRecord
 from projections.tree import TreeRow, TreeView, project_tree
 from sessions_app import store
-from sessions_app.models import Session
+from sessions_app.models import Entry, Session
+
+TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
+TREE_FULL_LIMIT = 5000  # entries; a larger session's tree is drawn near the branch shown
+
+
+@dataclass(frozen=True, slots=True)
+class TreeWindow:
+    tree: TreeView  # the layout the rows come from (of the window's entries when partial)
+    rows: tuple[TreeRow, ...]
+    as_of_seq: int
+    leaf: str | None
+    partial: bool
+    above: int  # whole: rows before the window; partial: entries of the path above it
+    below: int  # whole: rows after the window
+    start: int = 0  # whole: the first row's number
+    depth_offset: int = 0  # partial: the depth from the root of the layout's depth 0
+    # Partial windows: where the path above continues (the last entry of the next window
+    # up, and its child on the path, drawn already), the chain entry a subtree window
+    # continues below, and the rows whose entry has children this window does not draw.
+    older_end: str | None = None
+    older_below: str | None = None
+    chain_next: str | None = None
+    expandable: frozenset[str] = field(default_factory=frozenset)
+
+
+def tree_window(
+    session: Session,
+    leaf: str | None,
+    *,
+    focus: str | None = None,
+    whole: bool = False,
+    rows: int | None = None,
+    as_of_seq: int | None = None,
+) -> TreeWindow:
+    """The tree as the page draws it: `rows` rows around `focus` (default: the shown leaf)
+    of the whole layout, or, for a large session, near the branch shown. `whole`: every
+    row (the page's "whole tree"; the only unbounded read of this module)."""
+    rows = TREE_ROWS if rows is None else rows
+    as_of = session.last_seq if as_of_seq is None else as_of_seq
+    if whole or leaf is None or _entry_count(session, as_of) <= TREE_FULL_LIMIT:
+        tree = _whole(session, as_of, leaf)
+        if whole or len(tree.rows) <= rows:
+            return _rows_window(tree, as_of, leaf, 0, len(tree.rows))
+        marks = [r.row for r in tree.rows if r.node.id == focus] or [
+            r.row for r in tree.rows if r.node.is_current_leaf
+        ]
+        at = marks[0] if marks else len(tree.rows) - 1
+        start = max(0, min(at - rows // 2, len(tree.rows) - rows))
+        return _rows_window(tree, as_of, leaf, start, start + rows)
+    return tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=leaf, below=None, rows=rows)
+
+
+def tree_rows(
+    session: Session, *, as_of_seq: int, leaf: str | None, start: int, stop: int
+) -> TreeWindow:
+    """Rows `start` to `stop` of the whole layout (a further window of a whole tree)."""
+    return _rows_window(_whole(session, as_of_seq, leaf), as_of_seq, leaf, start, stop)
+
+
+def _whole(session: Session, as_of: int, leaf: str | None) -> TreeView:
+    entries = [e for e in store.entries_of(session.id) if e.seq <= as_of]
+    return project_tree(entries, leaf)
+
+
+def _rows_window(tree: TreeView, as_of: int, leaf: str | None, start: int, stop: int) -> TreeWindow:
+    start = max(0, min(start, len(tree.rows)))
+    stop = max(start, min(stop, len(tree.rows)))
+    return TreeWindow(
+        tree=tree,
+        rows=tree.rows[start:stop],
+        as_of_seq=as_of,
+        leaf=leaf,
+        partial=False,
+        above=start,
+        below=len(tree.rows) - stop,
+        start=start,
+    )
+
+
+def _entry_count(session: Session, as_of: int) -> int:
+    if as_of < TREE_FULL_LIMIT:
+        return as_of + 1  # an upper bound: every entry comes with an event
+    # Counted only up to the limit: enough to tell the two kinds apart.
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM sessions_app_entry "
+            "WHERE session_id = %s AND seq <= %s LIMIT %s) e",
+            [str(session.id), as_of, TREE_FULL_LIMIT + 1],
+        )
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+# --- partial windows ---------------------------------------------------------------------------
+
+
+def tree_path_window(
+    session: Session,
+    *,
+    as_of_seq: int,
+    leaf: str | None,
+    end: str | None,
+    below: str | None,
+    rows: int | None = None,
+) -> TreeWindow:
+    """The path's `rows/2` entries down to `end` (the leaf, or where the window below
+    starts: `below` is its child on the path) and the first `rows/2` entries of the
+    branches leaving them."""
+    rows = TREE_ROWS if rows is None else rows
+    if end is None:
+        return _partial(session, [], as_of_seq, leaf, None, 0, above=0)
+    depth = store.depth_of(session.id, end) or 0
+    start = max(0, depth + 1 - max(rows // 2, 1))
+    path = store.path_to_root(session.id, end, min_depth=start)
+    on_path = [entry.id for entry in path]
+    exclude = [*on_path, *([below] if below else [])]
+    branches = _children_of(session, on_path, exclude, as_of_seq, limit=max(rows // 2, 1))
+    return _partial(
+        session,
+        [*path, *store.entries_by_id(session.id, branches)],
+        as_of_seq,
+        leaf,
+        end,
+        start,
+        above=start,
+        older_end=path[0].parent_id if start and path else None,
+        older_below=path[0].id if start and path else None,
+        drawn_children=set(on_path),
+    )
+
+
+def tree_subtree_window(
+    session: Session, *, as_of_seq: int, leaf: str | None, parent: str, rows: int | None = None
+) -> TreeWindow:
+    """The entries below `parent`: the chain of newest children down from it (`rows/2`
+    entries) and the first `rows/2` entries of the branches that leave the chain (or leave
+    `parent`); the chain's last entry continues in the next window."""
+    count = max((TREE_ROWS if rows is None else rows) // 2, 1)
+    depth = store.depth_of(session.id, parent)
+    if depth is None:
+        return _partial(session, [], as_of_seq, leaf, None, 0, above=0)
+    chain = _newest_chain(session, parent, depth, as_of_seq, count + 1)
+    more = len(chain) > count
+    chain = chain[:count]
+    # The chain's last entry's own branches belong to the next window when it goes on.
+    parents = [parent, *(chain[:-1] if more else chain)]
+    branches = _children_of(session, parents, chain, as_of_seq, limit=count)
+    entries = store.entries_by_id(session.id, [*chain, *branches])
+    return _partial(
+        session,
+        entries,
+        as_of_seq,
+        leaf,
+        leaf if leaf in {e.id for e in entries} else None,
+        depth + 1,
+        above=0,
+        chain_next=chain[-1] if more else None,
+        # The chain's children are drawn here, or below `chain_next` in the next window.
+        drawn_children={parent, *chain},
+    )
+
+
+def _partial(
+    session: Session,
+    entries: list[EntryRecord],
+    as_of: int,
+    leaf: str | None,
+    active: str | None,
+    depth_offset: int,
+    *,
+    above: int,
+    older_end: str | None = None,
+    older_below: str | None = None,
+    chain_next: str | None = None,
+    drawn_children: set[str] | None = None,
+) -> TreeWindow:
+    tree = project_tree(entries, active)
+    # Entries whose children this window does not draw, and that have some: a subtree.
+    others = [e.id for e in entries if e.id not in (drawn_children or set())]
+    expandable = frozenset(_with_children(session, others, as_of)) if others else frozenset()
+    return TreeWindow(
+        tree=tree,
+        rows=tree.rows,
+        as_of_seq=as_of,
+        leaf=leaf,
+        partial=True,
+        above=above,
+        below=0,
+        depth_offset=depth_offset,
+        older_end=older_end,
+        older_below=older_below,
+        chain_next=chain_next,
+        expandable=expandable,
+    )
+
+
+def _children_of(
+    session: Session, parents: list[str], exclude: list[str], as_of: int, *, limit: int
+) -> list[str]:
+    """The first `limit` children of `parents` (not in `exclude`) as of `as_of`, oldest
+    first."""
+    return list(
+        Entry.objects.filter(session_id=session.id, parent_id__in=parents, seq__lte=as_of)
+        .exclude(entry_id__in=exclude)
+        .order_by("seq")
+        .values_list("entry_id", flat=True)[:limit]
+    )
+
+
+def _with_children(session: Session, ids: list[str], as_of: int) -> list[str]:
+    found = (
+        Entry.objects.filter(session_id=session.id, parent_id__in=ids, seq__lte=as_of)
+        .values_list("parent_id", flat=True)
+        .distinct()
+    )
+    return [parent for parent in found if parent is not None]
+
+
+def _newest_chain(session: Session, parent: str, depth: int, as_of: int, count: int) -> list[str]:
+    """Down from `parent`, each entry's newest child, at most `count`: one index lookup a
+    step (the depth grows at each, so a malformed cycle cannot loop)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            WITH RECURSIVE chain AS (
+                SELECT c.entry_id, c.depth, 1 AS n FROM (
+                    SELECT e.entry_id, e.depth FROM sessions_app_entry e
+                    WHERE e.session_id = %(s)s AND e.parent_id = %(p)s
+                      AND e.depth > %(d)s AND e.seq <= %(as_of)s
+                    ORDER BY e.seq DESC LIMIT 1
+                ) c
+                UNION ALL
+                SELECT nx.entry_id, nx.depth, chain.n + 1 FROM chain CROSS JOIN LATERAL (
+                    SELECT e.entry_id, e.depth FROM sessions_app_entry e
+                    WHERE e.session_id = %(s)s AND e.parent_id = chain.entry_id
+                      AND e.depth > chain.depth AND e.seq <= %(as_of)s
+                    ORDER BY e.seq DESC LIMIT 1
+                ) nx
+                WHERE chain.n < %(count)s
+            )
+            SELECT entry_id FROM chain ORDER BY n
+            """,
+            {"s": str(session.id), "p": parent, "d": depth, "as_of": as_of, "count": count},
+        )
+        return [row[0] for row in cur.fetchall()]
 
 
 @dataclass(frozen=True)
 class TreePage:
-    """Rows `start` onwards of the tree as it stood at `as_of_seq` with `leaf` current.
-
-    Entries never change and a later one has a higher seq, so the same (`as_of_seq`,
-    `leaf`) always lays out the same rows: paging by row number over that snapshot visits
-    every node exactly once, however the session grows meanwhile."""
+    """Rows `start` onwards of the whole tree as it stood at `as_of_seq` with `leaf` current."""
 
     tree: TreeView
     rows: tuple[TreeRow, ...]
@@ -27,8 +290,7 @@ class TreePage:
 def tree_page(
     session: Session, *, as_of_seq: int, leaf: str | None, start: int, limit: int
 ) -> TreePage:
-    entries = [e for e in store.entries_of(session.id) if e.seq <= as_of_seq]
-    tree = project_tree(entries, leaf)
+    tree = _whole(session, as_of_seq, leaf)
     end = start + limit
     return TreePage(
         tree=tree,

@@ -1,0 +1,90 @@
+"""What a session page's URL says: the view, the branch and the window shown.
+
+The pages parse it from the query string and write links with it; the HTML export renders
+the pages' templates with the default one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from django.urls import reverse
+
+from sessions_app.models import Session
+
+VIEWS = ("chat", "trace", "context")
+
+
+@dataclass(frozen=True, slots=True)
+class PageQuery:
+    """The query string of a session page; every field has its own URL parameter."""
+
+    view: str = "chat"
+    leaf: str | None = None  # show this leaf instead of the current one (a deep link)
+    entry: str | None = None  # scroll to and highlight this entry
+    request: int | None = None  # context: the `request/sent` seq (default: the latest)
+    before: int | None = None  # trace: the page of turns before this turn
+    span: str | None = None  # trace: the selected span
+    turn: int | None = None  # trace: the selected span's turn
+    scope: str = "branch"  # trace and context: the shown branch, or "all"
+    all: bool = False  # chat and context: everything, not only the latest window
+    tree: bool = False  # the whole tree, not only the rows around the shown leaf
+    edit: str | None = None  # chat: the user message being edited (to resend)
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any]) -> PageQuery:
+        def text(name: str, limit: int = 64) -> str | None:
+            value = params.get(name)
+            value = value[-1] if isinstance(value, list) else value
+            return str(value).strip()[:limit] or None if value else None
+
+        def number(name: str) -> int | None:
+            value = text(name, 20)
+            try:
+                return int(value) if value is not None else None
+            except ValueError:
+                return None
+
+        view = text("view")
+        return cls(
+            view=view if view in VIEWS else "chat",
+            leaf=text("leaf"),
+            entry=text("entry"),
+            request=number("request"),
+            before=number("before"),
+            span=text("span", 200),
+            turn=number("turn"),
+            scope="all" if text("scope") == "all" else "branch",
+            all=text("all") == "1",
+            tree=text("tree") == "1",
+            edit=text("edit"),
+        )
+
+    @classmethod
+    def from_querystring(cls, query: str) -> PageQuery:
+        return cls.parse(parse_qs(query))
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        changed = replace(self, **changes)
+        default = PageQuery()
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(changed, f.name)
+            if value == getattr(default, f.name) or value is None:
+                continue
+            out[f.name] = "1" if value is True else str(value)
+        return out
+
+    def querystring(self, **changes: Any) -> str:
+        params = self.params(**changes)
+        return "?" + urlencode(params) if params else ""
+
+    def url(self, session: Session, **changes: Any) -> str:
+        return reverse("session", args=[session.id]) + self.querystring(**changes)
+
+    def view_only(self) -> PageQuery:
+        """What a view switch keeps: the branch shown, nothing view-specific."""
+        return PageQuery(leaf=self.leaf, tree=self.tree)

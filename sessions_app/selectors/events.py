@@ -1,0 +1,77 @@
+"""Events of a session: a page after a seq, the events of given turns, the latest event of
+some types, and the whole log as a stream of pages (for exports and commands)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from django.db import connection
+
+from projections.records import EventRecord
+from sessions_app import events as vocab
+from sessions_app import store
+
+LOG_PAGE = 5000  # events read at a time when the whole log is streamed
+
+SessionId = uuid.UUID | str
+
+_COLUMNS = "seq, type, schema_version, time, data, entry_id, turn, step, ignorable"
+
+
+def events_after(
+    session_id: SessionId, after_seq: int = -1, limit: int = 1000
+) -> list[EventRecord]:
+    """Events with seq > `after_seq`, oldest first, at most `limit`."""
+    return store.events_after(session_id, after_seq, limit)
+
+
+def events_of_turns(session_id: SessionId, turns: Iterable[int]) -> list[EventRecord]:
+    """Every event of the given turns, in seq order."""
+    turns = list(turns)
+    return store.events_of_turns(session_id, turns) if turns else []
+
+
+def event_at(session_id: SessionId, seq: int) -> EventRecord | None:
+    found = store.events_after(session_id, seq - 1, 1)
+    return found[0] if found and found[0].seq == seq else None
+
+
+def latest_event(
+    session_id: SessionId, types: Sequence[str], *, before_seq: int | None = None
+) -> EventRecord | None:
+    """The newest event of one of `types` (before `before_seq` when given)."""
+    sql = f"SELECT {_COLUMNS} FROM sessions_app_event WHERE session_id = %s AND type = ANY(%s)"
+    params: list[Any] = [str(session_id), list(types)]
+    if before_seq is not None:
+        sql += " AND seq < %s"
+        params.append(before_seq)
+    with connection.cursor() as cur:
+        cur.execute(sql + " ORDER BY seq DESC LIMIT 1", params)
+        found = records(cur.fetchall())
+    return found[0] if found else None
+
+
+def log_stream(
+    session_id: SessionId, *, after_seq: int = -1, page: int = LOG_PAGE
+) -> Iterator[EventRecord]:
+    """Every event after `after_seq`, oldest first, read a page at a time: the whole log
+    with the memory of one page (exports and commands; never a page's or the API's view)."""
+    while True:
+        found = store.events_after(session_id, after_seq, page)
+        yield from found
+        if len(found) < page:
+            return
+        after_seq = found[-1].seq
+
+
+def records(rows: Iterable[tuple[Any, ...]]) -> list[EventRecord]:
+    """Rows of `_COLUMNS` as records upcast to their current schema (unknown ignorable
+    events dropped), as the store reads them."""
+    out = []
+    for seq, type_, version, time, data, entry_id, turn, step, ignorable in rows:
+        loaded = vocab.load_event(type_, version, store.decode_json(data), ignorable=ignorable)
+        if loaded is not None:
+            out.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
+    return out

@@ -1,0 +1,145 @@
+"""The windows the session page and the API show: the chat of the end of a path and the
+trace of a branch's latest turns, each with what it takes to read further (an older window
+of the path, older turns). The page and the API call the same functions with the same
+parameters, so they give the same answer.
+
+Every window costs what it shows, not what the session holds: the chat reads the path's
+last `limit` entries (and the events of the turns that added them), the trace the events
+of its turns. Only the page's explicit "everything" options read more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from projections.chat import ChatView, project_chat
+from projections.records import EntryRecord
+from projections.trace import DEFAULT_PAGE_TURNS, TraceSpan, TraceView, pick_turns, project_trace
+from sessions_app import store
+from sessions_app.models import Session
+from sessions_app.selectors.entries import entry_exists
+from sessions_app.selectors.events import events_of_turns
+from sessions_app.selectors.turns import all_turns, branch_turns, turns_of_entries
+
+CHAT_ENTRIES = 300  # the chat shows the path's latest entries; all on request
+
+
+def shown_leaf(session: Session, leaf: str | None) -> str | None:
+    """`leaf` (a deep link) when it names an entry of the session, else the current leaf."""
+    if leaf and entry_exists(session, leaf):
+        return leaf
+    return session.leaf_entry_id
+
+
+# --- chat --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatWindow:
+    """The chat of a window of the path to `leaf`: the entries down to `end` (the leaf
+    itself, or the last entry of an older window), `above` entries of the path above it."""
+
+    chat: ChatView
+    leaf: str | None
+    end: str | None
+    entries: tuple[EntryRecord, ...]  # the window's path entries, root-most first
+    above: int
+
+    @property
+    def path_length(self) -> int:
+        """The length of the path from the root to `end`."""
+        return self.above + len(self.entries)
+
+    @property
+    def older_end(self) -> str | None:
+        """Where the window above this one ends (its last entry), or None at the root."""
+        return self.entries[0].parent_id if self.above and self.entries else None
+
+
+def chat_window(
+    session: Session,
+    leaf: str | None,
+    *,
+    end: str | None = None,
+    limit: int | None = None,
+    entry: str | None = None,
+    everything: bool = False,
+) -> ChatWindow:
+    """The chat of the last `limit` entries of the path to `end` (default: `leaf`).
+
+    The page's options: `entry`, a deep link to an earlier entry of the path, opens the chat
+    down from it; `everything` shows the whole path."""
+    limit = CHAT_ENTRIES if limit is None else limit
+    last = end if end is not None else leaf
+    depth = store.depth_of(session.id, last) if last else None
+    start = 0 if everything or depth is None else max(0, depth + 1 - limit)
+    if start and entry:
+        linked = store.depth_of(session.id, entry)
+        if linked is not None and linked < start:
+            start = linked
+    path = store.path_to_root(session.id, last, min_depth=start) if last else []
+    events = events_of_turns(session.id, turns_of_entries(session, path))
+    chat = project_chat(path, last, events)
+    above = max(depth + 1 - len(path), 0) if depth is not None else 0
+    return ChatWindow(chat=chat, leaf=leaf, end=last, entries=tuple(path), above=above)
+
+
+# --- trace -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWindow:
+    """The trace of a page of turns (oldest first); `older` gives the page before it."""
+
+    trace: TraceView | None  # None when the page holds no events
+    turns: tuple[int, ...]
+    older: int | None
+    turn_count: int  # the turns found for the branch (or the session)
+    complete: bool  # whether those are all of them (else more lie further up the path)
+
+
+def trace_window(
+    session: Session,
+    leaf: str | None,
+    *,
+    everywhere: bool = False,
+    before: int | None = None,
+    turns: int = DEFAULT_PAGE_TURNS,
+) -> TraceWindow:
+    """The latest `turns` turns of the branch to `leaf` (of the whole session with
+    `everywhere`), or those before turn `before`."""
+    if everywhere:
+        numbers, complete = all_turns(session), True
+    else:
+        numbers, complete = branch_turns(session, leaf, before, page=turns)
+    window = pick_turns(numbers, last_n=turns, before_turn=before)
+    older = window.older
+    if older is None and not complete and window.turns:
+        older = window.turns[0]  # more turns lie further up the path
+    events = events_of_turns(session.id, window.turns)
+    return TraceWindow(
+        trace=project_trace(events) if events else None,
+        turns=window.turns,
+        older=older,
+        turn_count=len(numbers),
+        complete=complete,
+    )
+
+
+def selected_span(
+    session: Session, key: str | None, turn: int | None, trace: TraceView | None
+) -> TraceSpan | None:
+    """The span `key` of the trace shown, or of turn `turn` when it is not shown."""
+    if not key:
+        return None
+    if trace is not None:
+        for row in trace.rows:
+            if row.span.key == key:
+                return row.span
+    if turn is None:
+        return None
+    events = events_of_turns(session.id, [turn])
+    for row in project_trace(events).rows if events else ():
+        if row.span.key == key:
+            return row.span
+    return None
