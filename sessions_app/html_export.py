@@ -32,11 +32,13 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import slugify
 
 from projections.chat import tool_facts
-from projections.records import EntryRecord, EventRecord
+from projections.records import EntryRecord
 from projections.trace import TraceSpan, project_trace
+from projections.trace_blocks import trace_blocks
 from projections.tree import TreeRow, project_tree
-from sessions_app import pi_io, store
+from sessions_app import pi_io, selectors
 from sessions_app.models import Session
+from sessions_app.page_query import PageQuery
 from sessions_app.templatetags.strand import (
     TREE_DRAWN_INDENT,
     clip,
@@ -46,9 +48,7 @@ from sessions_app.templatetags.strand import (
     usage_text,
     value_text,
 )
-from sessions_app.views import PageQuery, context_for_export, trace_blocks
 
-PAGE = 5000  # events read from the database at a time
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
 TURNS_PER_CHUNK = 200  # trace turns rendered at a time
 STYLES = ("css/strand.css", "css/highlight.css")
@@ -83,10 +83,10 @@ async def _async_chunks(chunks: Generator[str, None, None]) -> AsyncIterator[str
 
 def export_html(session: Session) -> Generator[str, None, None]:
     """The export file, in chunks of text (UTF-8 when written)."""
-    entries = store.entries_of(session.id)
+    entries = selectors.entry_records(session)
     leaf = session.leaf_entry_id
     tree = project_tree(entries, leaf)
-    turn_events = [event for event in _all_events(session) if event.turn is not None]
+    turn_events = [event for event in selectors.log_stream(session.id) if event.turn is not None]
     trace = project_trace(turn_events) if turn_events else None
     error_codes, approvals = tool_facts(turn_events)
     del turn_events
@@ -94,7 +94,8 @@ def export_html(session: Session) -> Generator[str, None, None]:
     base = {"session": session, "q": PageQuery(), "export": True, "can_write": False}
     context = {
         **base,
-        **context_for_export(session),
+        # The context view of the current leaf's latest request.
+        **selectors.context_window(session, leaf).as_template_context(),
         "is_owner": True,
         "state": None,
         "tree": tree,
@@ -239,16 +240,6 @@ def _pi_lines(session: Session, entries: Iterable[EntryRecord]) -> Iterator[str]
 
 def _inert(line: str) -> str:
     return line.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _all_events(session: Session) -> Iterator[EventRecord]:
-    after = -1
-    while True:
-        page = store.events_after(session.id, after, PAGE)
-        yield from page
-        if len(page) < PAGE:
-            return
-        after = page[-1].seq
 
 
 def _static_text(names: tuple[str, ...]) -> str:
