@@ -35,42 +35,11 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.serializers.json import DjangoJSONEncoder
 
-from projections.records import EventRecord
 from sessions_app import access, live, live_access, live_admission, live_db, store
+from sessions_app.live_protocol import delta_message, event_message, group_name
 
 PAGE = 500
 CLOSE_REFUSED = live_access.CLOSE_NOT_VISIBLE
-
-
-def event_message(event: EventRecord) -> dict[str, Any]:
-    return {
-        "type": "event",
-        "seq": event.seq,
-        "event": event.type,
-        "time": event.time.isoformat(),
-        "turn": event.turn,
-        "step": event.step,
-        "entry_id": event.entry_id,
-        "data": event.data,
-    }
-
-
-def encode_event(event: EventRecord) -> str:
-    """The text frame of one event, as every viewer receives it."""
-    return json.dumps(event_message(event), cls=DjangoJSONEncoder, ensure_ascii=False)
-
-
-def delta_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A runtime delta (see `sessions_app.agent`) as the client sees it."""
-    return {
-        "type": "delta",
-        "turn": message.get("turn"),
-        "step": message.get("step"),
-        "kind": message.get("kind"),
-        "block": message.get("block"),
-        "text": message.get("delta", message.get("text", "")),
-        "name": message.get("name"),
-    }
 
 
 def after_seq_of(query_string: bytes) -> int:
@@ -121,7 +90,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             self.cursor = after_seq_of(self.scope.get("query_string", b""))
             await self.accept()
         # Listen first, then read: a commit lands either in the read or in a notification.
-        await self.channel_layer.group_add(live.group_name(session_id), self.channel_name)
+        await self.channel_layer.group_add(group_name(session_id), self.channel_name)
         await live.subscribe(session_id, self.channel_name, self.deliver)
         async with self.sending:
             await self._read_new_events()
@@ -160,7 +129,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if self.session_id is None:
             return
         live.unsubscribe(self.session_id, self.channel_name)
-        await self.channel_layer.group_discard(live.group_name(self.session_id), self.channel_name)
+        await self.channel_layer.group_discard(group_name(self.session_id), self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         # The feed is one-way; writes go through the HTTP forms and the API.

@@ -33,7 +33,27 @@ from django.db import connections
 from psycopg.conninfo import make_conninfo
 
 from sessions_app import live_access, live_db
+from sessions_app.live_protocol import (
+    committed_message,
+    encode_event,
+    events_message,
+    group_name,
+    parse_payload,
+)
 from sessions_app.store import NOTIFY_CHANNEL, events_after
+
+# The feed's shapes are `live_protocol`'s; these names stay importable from here.
+__all__ = [
+    "committed_message",
+    "events_message",
+    "group_name",
+    "parse_payload",
+    "stop",
+    "subscribe",
+    "subscriber_count",
+    "unsubscribe",
+    "wait_listening",
+]
 
 log = logging.getLogger("strand.live")
 
@@ -43,34 +63,9 @@ READY_TIMEOUT_S = 5.0
 MAX_BACKOFF_S = 10.0
 
 
-def group_name(session_id: str) -> str:
-    """The channel-layer group of one session's viewers (ephemeral deltas go here)."""
-    return f"session.{session_id}"
-
-
-def committed_message(last_seq: int | None) -> dict[str, Any]:
-    return {"type": "session.committed", "last_seq": last_seq}
-
-
-def events_message(events: list[list[Any]], last_seq: int) -> dict[str, Any]:
-    """New events as `[seq, encoded frame]` pairs, for the websockets of one session."""
-    return {"type": "session.events", "events": events, "last_seq": last_seq}
-
-
 # Most events read and encoded in one go for a notification; a larger batch (an import)
 # leaves the rest to each websocket's own read.
 FETCH_LIMIT = 200
-
-
-def parse_payload(payload: str) -> tuple[str, int | None] | None:
-    """`<session id>:<last seq>` → (session id, seq); None for anything else."""
-    session_id, sep, seq = payload.partition(":")
-    if not sep or not session_id:
-        return None
-    try:
-        return session_id, int(seq)
-    except ValueError:
-        return session_id, None
 
 
 def _conninfo() -> str:
@@ -168,8 +163,6 @@ class _Listener:
 
     async def _read(self, session_id: str, last_seq: int) -> dict[str, Any] | None:
         """The events up to `last_seq` not read here yet, each encoded once."""
-        from sessions_app.consumers import encode_event
-
         after = self.fetched.get(session_id, last_seq - 1)
         if after >= last_seq:
             return None
