@@ -14,23 +14,23 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from sessions_app.errors import DomainError
 from sessions_app.models import Session
-from sessions_app.store import StoreError
 
 
-class NotVisible(StoreError):
+class NotVisible(DomainError):
     """No such session, or not one this user may see (the two are not told apart)."""
 
     code = "not_found"
 
 
-class ReadOnly(StoreError):
+class ReadOnly(DomainError):
     """A user who may see the session but not change it (staff)."""
 
     code = "forbidden"
 
 
-class SignInRequired(StoreError):
+class SignInRequired(DomainError):
     code = "unauthorized"
 
 
@@ -85,7 +85,7 @@ def signed_in(user: Any) -> Any:
 # --- what a client may write --------------------------------------------------------------
 
 
-class NotAllowed(StoreError):
+class NotAllowed(DomainError):
     """A value the client may not choose (an event type the runtime writes, a working
     directory outside the allowed roots, a preset that is not offered)."""
 

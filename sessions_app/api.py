@@ -76,6 +76,7 @@ from sessions_app import (
     tokens,
     workspaces,
 )
+from sessions_app.errors import DomainError
 from sessions_app.models import Entry, Session
 from sessions_app.schemas import (
     ENTRY_ID_MAX,
@@ -123,7 +124,6 @@ from sessions_app.schemas import (
     TreeOut,
     plain,
 )
-from sessions_app.store import StoreError
 
 log = logging.getLogger("strand.api")
 
@@ -135,7 +135,7 @@ def max_import_bytes() -> int:
     return int(getattr(settings, "STRAND_MAX_IMPORT_BYTES", 50 * 1024 * 1024))
 
 
-class BadInput(StoreError):
+class BadInput(DomainError):
     """A request that cannot be read (bad JSON, NUL characters, a broken upload)."""
 
     code = "bad_request"
@@ -280,7 +280,7 @@ def _error_body(exc: Exception) -> tuple[int, dict[str, Any]]:
         return 409, {"error": exc.code, "detail": str(exc), "current_seq": exc.current_seq}
     if isinstance(exc, ratelimit.RateLimited):
         return 429, {"error": exc.code, "detail": str(exc), "retry_after": exc.retry_after}
-    if isinstance(exc, (StoreError, AgentError)):
+    if isinstance(exc, (DomainError, AgentError)):
         status = _STATUS_BY_CODE.get(exc.code, 422)
         return status, {"error": exc.code, "detail": str(exc)}
     if isinstance(exc, ConfigError):
@@ -349,7 +349,7 @@ def _all_events(session: Session) -> list[Any]:
 
 def _check_entry(session: Session, entry_id: str) -> None:
     if not store.entries_by_id(session.id, [entry_id]):
-        raise StoreError(f"{entry_id!r} is not an entry of this session")
+        raise DomainError(f"{entry_id!r} is not an entry of this session")
 
 
 # --- accounts ----------------------------------------------------------------------------
@@ -404,7 +404,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
             raise ValueError("naive time")
         return _utc(parsed, "cursor"), uuid.UUID(sid)
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise StoreError("the cursor is not one this API gave out") from None
+        raise DomainError("the cursor is not one this API gave out") from None
 
 
 def _utc(moment: datetime, name: str) -> datetime:
@@ -413,7 +413,7 @@ def _utc(moment: datetime, name: str) -> datetime:
         aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
         return aware.astimezone(UTC)
     except (OverflowError, ValueError):
-        raise StoreError(f"{name}: the time is out of range") from None
+        raise DomainError(f"{name}: the time is out of range") from None
 
 
 def _session_page(sessions: QuerySet[Session], limit: int, cursor: str | None) -> dict[str, Any]:
@@ -500,7 +500,7 @@ def pi_import(request: HttpRequest) -> Any:
         raise BadInput("no file: send it in the multipart field 'file'")
     name = request.POST.get("name", "")
     if len(name) > TITLE_MAX or "\x00" in name:
-        raise StoreError(f"name: at most {TITLE_MAX} characters, no NUL")
+        raise DomainError(f"name: at most {TITLE_MAX} characters, no NUL")
     with tempfile.TemporaryFile() as copy:
         # A file of our own, so that the import can read it twice (ids first, then entries).
         for chunk in upload.chunks():
@@ -678,12 +678,12 @@ def _decode_tree_cursor(cursor: str) -> tuple[int, str | None, int]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         as_of, leaf, start = json.loads(raw)
     except (ValueError, TypeError, binascii.Error):
-        raise StoreError("the cursor is not one this API gave out") from None
+        raise DomainError("the cursor is not one this API gave out") from None
     numbers = type(as_of) is int and type(start) is int  # not bool, not float
     if not numbers or not (-1 <= as_of <= SEQ_MAX and 0 <= start <= SEQ_MAX):
-        raise StoreError("the cursor is not one this API gave out")
+        raise DomainError("the cursor is not one this API gave out")
     if leaf is not None and (not isinstance(leaf, str) or len(leaf) > ENTRY_ID_MAX):
-        raise StoreError("the cursor is not one this API gave out")
+        raise DomainError("the cursor is not one this API gave out")
     return as_of, leaf, start
 
 
@@ -835,7 +835,7 @@ def approval_decide(
     user = _user(request)
     session = access.session_for(user, session_id, write=True)
     if len(approval_id) > 64:
-        raise StoreError("an approval id is at most 64 characters")
+        raise DomainError("an approval id is at most 64 characters")
     agent.agent_decide_approval(session, approval_id, outcome=body.outcome, by=user.get_username())
     return Status(204, None)
 

@@ -8,9 +8,9 @@ from typing import Any
 from django import forms
 
 from sessions_app import access, workspaces
+from sessions_app.errors import DomainError
 from sessions_app.presets import OFFLINE
 from sessions_app.presets import presets as available_presets
-from sessions_app.store import StoreError
 
 MAX_MESSAGE_CHARS = 100_000
 MAX_IMPORT_BYTES = 64 * 1024 * 1024
@@ -23,7 +23,7 @@ def preset_choices() -> list[tuple[str, str]]:
     """The server's presets, the offline model first (the default)."""
     try:
         found = available_presets()
-    except StoreError:
+    except DomainError:
         found = {OFFLINE: {"provider": "offline"}}
     return [(name, _preset_label(name, preset)) for name, preset in found.items()]
 
@@ -55,7 +55,7 @@ class SessionNewForm(forms.Form):
     def clean_preset(self) -> str:
         try:
             return access.check_preset(self.cleaned_data["preset"])
-        except StoreError as exc:
+        except DomainError as exc:
             raise forms.ValidationError(str(exc)) from None
 
     def clean(self) -> dict[str, Any] | None:
@@ -68,7 +68,7 @@ class SessionNewForm(forms.Form):
             self.cleaned_data["cwd"] = workspaces.cwd_for(
                 self.user, str(self.cleaned_data.get("cwd") or "")
             )
-        except StoreError as exc:
+        except DomainError as exc:
             self.add_error("cwd", str(exc))
         return self.cleaned_data
 

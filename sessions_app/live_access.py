@@ -57,7 +57,7 @@ from django.contrib.auth import (
 from django.utils.crypto import constant_time_compare
 
 from sessions_app import access
-from sessions_app.store import StoreError
+from sessions_app.errors import DomainError
 
 log = logging.getLogger("strand.live")
 
@@ -95,7 +95,7 @@ def _signed_in_user(session_key: str) -> Any:
     try:
         user_id = get_user_model()._meta.pk.to_python(data[SESSION_KEY])  # type: ignore[union-attr]
         backend_path = data[BACKEND_SESSION_KEY]
-    except (KeyError, StoreError, ValueError):
+    except (KeyError, DomainError, ValueError):
         return None
     if backend_path not in settings.AUTHENTICATION_BACKENDS:
         return None
@@ -118,7 +118,7 @@ def socket_close_code(session_key: str | None, user_id: Any, session_id: str) ->
         return CLOSE_SIGNED_OUT
     try:
         access.session_for(user, session_id)
-    except StoreError:
+    except DomainError:
         return CLOSE_NOT_VISIBLE
     return None
 

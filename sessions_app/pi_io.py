@@ -19,12 +19,13 @@ from django.db import transaction
 from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
 from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
+from sessions_app.errors import DomainError
 from sessions_app.events import UnknownEventType, event_type_for_entry
 from sessions_app.models import Session
 from sessions_app.store import NewEvent, StoreError
 
 
-class PiImportError(StoreError):
+class PiImportError(DomainError):
     """A Pi file that cannot be imported; nothing was written."""
 
     code = "invalid_pi_file"

@@ -54,7 +54,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from sessions_app.store import StoreError
+from sessions_app.errors import DomainError
 
 OFFLINE = "offline"
 
@@ -69,11 +69,11 @@ DEFAULT_PRESET: dict[str, Any] = {
 }
 
 
-class PresetNotFound(StoreError):
+class PresetNotFound(DomainError):
     code = "not_found"
 
 
-class PresetUnavailable(StoreError):
+class PresetUnavailable(DomainError):
     """A session's preset that the server no longer offers: its turns are refused."""
 
     code = "preset_unavailable"
@@ -102,16 +102,16 @@ def presets(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any
         try:
             configured = json.loads(raw)
         except ValueError as exc:
-            raise StoreError(f"STRAND_PRESETS is not valid JSON: {exc}") from None
+            raise DomainError(f"STRAND_PRESETS is not valid JSON: {exc}") from None
         if not isinstance(configured, dict) or not all(
             isinstance(v, dict) for v in configured.values()
         ):
-            raise StoreError("STRAND_PRESETS must be a JSON object of preset objects")
+            raise DomainError("STRAND_PRESETS must be a JSON object of preset objects")
         found.update({str(name): dict(value) for name, value in configured.items()})
     for name, preset in found.items():
         preset["name"] = name
         if "api_key" in preset:
-            raise StoreError(
+            raise DomainError(
                 f"preset {name!r}: put the key in an environment variable and name it in "
                 "api_key_env; presets are stored with sessions and must not hold secrets"
             )

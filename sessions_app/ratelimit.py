@@ -27,8 +27,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from sessions_app.errors import DomainError
 from sessions_app.models import RateCounter
-from sessions_app.store import StoreError
 
 # scope → (requests allowed per window, window length in seconds)
 DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
@@ -71,7 +71,7 @@ SCOPE_NAMES: Mapping[str, str] = {
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class RateLimited(StoreError):
+class RateLimited(DomainError):
     code = "rate_limited"
 
     def __init__(self, scope: str, limit: int, window: int, retry_after: int) -> None:

@@ -13,10 +13,11 @@ from django.db import connection, transaction
 
 from sessions_app import store, workspaces
 from sessions_app.access import NotAllowed
+from sessions_app.errors import DomainError
 from sessions_app.models import Session, SessionDeletion
 from sessions_app.presets import DEFAULT_PRESET as DEFAULT_PRESET  # re-exported
 from sessions_app.presets import OFFLINE, PresetNotFound, preset_name_of, preset_resolve
-from sessions_app.store import NewEvent, StoreError
+from sessions_app.store import NewEvent
 
 log = logging.getLogger("strand.sessions")
 
@@ -35,7 +36,7 @@ def user_by_name(username: str | None) -> User:
     try:
         return User.objects.get(username=username)
     except User.DoesNotExist:
-        raise StoreError(f"no user named {username!r}") from None
+        raise DomainError(f"no user named {username!r}") from None
 
 
 def session_create(
@@ -56,7 +57,7 @@ def session_create(
     in one of the owner's folders (`workspaces`), whoever asks.
     """
     if len(title) > 500:
-        raise StoreError("title is longer than 500 characters")
+        raise DomainError("title is longer than 500 characters")
     name = preset or OFFLINE
     try:
         chosen = preset_resolve(name)
@@ -92,7 +93,7 @@ def session_create(
 def session_rename(*, session: Session, title: str) -> Session:
     title = title.strip()
     if not title:
-        raise StoreError("a title must not be empty")
+        raise DomainError("a title must not be empty")
     _append_at_head(session, [NewEvent("session/renamed", {"title": title})])
     session.refresh_from_db()
     return session
@@ -102,7 +103,7 @@ def session_label(*, session: Session, entry_id: str, label: str) -> store.Appen
     """Label an entry (an empty label clears it): a `label` entry at the current leaf, as
     Pi's `appendLabelChange` writes it."""
     if not store.entries_by_id(session.id, [entry_id]):
-        raise StoreError(f"{entry_id!r} is not an entry of this session")
+        raise DomainError(f"{entry_id!r} is not an entry of this session")
     entry: dict[str, Any] = {"type": "label", "targetId": entry_id}
     if label:
         entry["label"] = label
@@ -130,7 +131,7 @@ def session_fork(
     """
     path = store.path_to_root(session.id, entry_id)
     if not path:
-        raise StoreError(f"{entry_id!r} is not an entry of session {session.id}")
+        raise DomainError(f"{entry_id!r} is not an entry of session {session.id}")
     labels = _labels_on(session.id, {e.id for e in path})
     own = session.owner_id == owner.pk
     with transaction.atomic():

@@ -35,11 +35,12 @@ from django.db import DatabaseError, connection, transaction
 
 from projections.records import EntryRecord, EventRecord
 from sessions_app import events as vocab
+from sessions_app.errors import DomainError
 
 NOTIFY_CHANNEL = "strand_events"
 
 
-class StoreError(ValueError):
+class StoreError(DomainError):
     """A write or read the store refuses; the message says why."""
 
     code = "invalid"

@@ -18,8 +18,8 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from sessions_app.errors import DomainError
 from sessions_app.models import ApiToken
-from sessions_app.store import StoreError
 
 TOKEN_PREFIX = "strand_"
 PREFIX_LENGTH = 14  # "strand_" and 7 characters of the secret
@@ -28,13 +28,13 @@ NAME_MAX = 100
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-class TokenNotFound(StoreError):
+class TokenNotFound(DomainError):
     """No such token of this user (someone else's tokens are not told apart from none)."""
 
     code = "not_found"
 
 
-class InvalidToken(StoreError):
+class InvalidToken(DomainError):
     """A bearer token that is unknown, revoked, or belongs to an inactive account."""
 
     code = "unauthorized"
@@ -48,11 +48,11 @@ def token_create(user: Any, name: str) -> tuple[ApiToken, str]:
     """A new token for `user`: the stored row and the token itself (shown once)."""
     name = name.strip()
     if not name:
-        raise StoreError("a token needs a name")
+        raise DomainError("a token needs a name")
     if len(name) > NAME_MAX:
-        raise StoreError(f"a token name is at most {NAME_MAX} characters")
+        raise DomainError(f"a token name is at most {NAME_MAX} characters")
     if "\x00" in name:
-        raise StoreError("a token name must not contain NUL characters")
+        raise DomainError("a token name must not contain NUL characters")
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken.objects.create(
         user=user, name=name, prefix=plaintext[:PREFIX_LENGTH], digest=digest_of(plaintext)

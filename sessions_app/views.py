@@ -57,6 +57,7 @@ from projections.trace import (
 )
 from projections.tree import project_tree
 from sessions_app import access, pi_io, ratelimit, selectors, services, store
+from sessions_app.errors import DomainError
 from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.forms import (
     ApprovalForm,
@@ -73,7 +74,6 @@ from sessions_app.forms import (
 )
 from sessions_app.models import Entry, Event, Session
 from sessions_app.search import message_text_vector
-from sessions_app.store import StoreError
 
 log = logging.getLogger("strand.views")
 
@@ -167,7 +167,7 @@ def _session_or_404(request: HttpRequest, session_id: Any, *, write: bool = Fals
         return access.session_for(request.user, session_id, write=write)
     except access.ReadOnly:
         raise PermissionDenied("this session is read-only for you") from None
-    except StoreError:
+    except DomainError:
         raise Http404("no such session") from None
 
 
@@ -232,7 +232,7 @@ def session_import(request: HttpRequest) -> HttpResponseBase:
             owner=request.user,  # type: ignore[arg-type]
             name=form.cleaned_data["title"] or _title_from_filename(upload.name),
         )
-    except StoreError as exc:
+    except DomainError as exc:
         messages.error(request, f"Could not import {upload.name}: {exc}")
         return HttpResponseRedirect(reverse("home"))
     if result.warnings:
@@ -334,7 +334,7 @@ def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
     if form.is_valid():
         try:
             session = services.session_rename(session=session, title=form.cleaned_data["title"])
-        except StoreError as exc:
+        except DomainError as exc:
             messages.error(request, str(exc))
     else:
         messages.error(request, _form_errors(form))
@@ -368,7 +368,7 @@ def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
         return _after_write(request, session, query)
     try:
         services.session_move_leaf(session=session, to=form.target())
-    except StoreError as exc:
+    except DomainError as exc:
         messages.error(request, str(exc))
     session.refresh_from_db()
     return _after_write(request, session, replace(query, leaf=None))
@@ -391,7 +391,7 @@ def session_label(request: HttpRequest, session_id: Any) -> HttpResponse:
                 entry_id=form.cleaned_data["entry_id"],
                 label=form.cleaned_data["label"],
             )
-        except StoreError as exc:
+        except DomainError as exc:
             messages.error(request, str(exc))
     session.refresh_from_db()
     return _after_write(request, session, replace(query, leaf=None))
@@ -413,7 +413,7 @@ def session_fork(request: HttpRequest, session_id: Any) -> HttpResponseBase:
             owner=request.user,  # type: ignore[arg-type]
             title=form.cleaned_data["title"] or None,
         )
-    except StoreError as exc:
+    except DomainError as exc:
         messages.error(request, str(exc))
         return _after_write(request, session, _return_query(request))
     messages.success(request, "Forked into this new session.")
@@ -472,7 +472,7 @@ def _filename(session: Session) -> str:
 def _agent_errors() -> tuple[type[BaseException], ...]:
     from sessions_app.agent import AgentError
 
-    return (StoreError, AgentError)
+    return (DomainError, AgentError)
 
 
 def _agent_call(request: HttpRequest, work: Callable[[], Any]) -> bool:
@@ -520,7 +520,7 @@ def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
     ratelimit.rate_hit(request.user, "message")
     try:
         leaf_before_entry(session, form.cleaned_data["entry_id"])
-    except StoreError as exc:
+    except DomainError as exc:
         messages.error(request, str(exc))
         return _after_write(request, session, query)
     text = form.cleaned_data["text"]
@@ -795,13 +795,13 @@ def leaf_before_entry(session: Session, entry_id: str) -> None:
         .first()
     )
     if found is None:
-        raise StoreError(f"{entry_id!r} is not an entry of this session")
+        raise DomainError(f"{entry_id!r} is not an entry of this session")
     kind, parent_id, data = found
     message = data.get("message") if isinstance(data, dict) else None
     if kind != "message" or not isinstance(message, dict) or message.get("role") != "user":
-        raise StoreError("only a user message can be edited and sent again")
+        raise DomainError("only a user message can be edited and sent again")
     if turn_state(session).running:
-        raise StoreError("a turn is running: wait for it or cancel it first")
+        raise DomainError("a turn is running: wait for it or cancel it first")
     session.refresh_from_db(fields=["leaf_entry_id"])
     if session.leaf_entry_id != parent_id:
         services.session_move_leaf(session=session, to=parent_id)

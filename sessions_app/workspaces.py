@@ -31,14 +31,14 @@ from typing import Any
 
 from django.conf import settings
 
-from sessions_app.store import StoreError
+from sessions_app.errors import DomainError
 
 OWN = "~"
 # What a session shows for a working directory that is in none of its owner's folders.
 OUTSIDE = "(outside its owner's folder)"
 
 
-class WorkspaceNotAllowed(StoreError):
+class WorkspaceNotAllowed(DomainError):
     """A working directory that is not its owner's own folder, inside it, or granted."""
 
     code = "workspace_not_allowed"
@@ -76,7 +76,7 @@ def _grants_setting() -> Any:
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise StoreError(f"STRAND_WORKSPACE_GRANTS is not valid JSON: {exc}") from None
+        raise DomainError(f"STRAND_WORKSPACE_GRANTS is not valid JSON: {exc}") from None
 
 
 def workspace_grants(user: Any) -> dict[str, Path]:
@@ -85,12 +85,12 @@ def workspace_grants(user: Any) -> dict[str, Path]:
         return {}
     grants = _grants_setting()
     if not isinstance(grants, dict):
-        raise StoreError("STRAND_WORKSPACE_GRANTS must be a JSON object of user names")
+        raise DomainError("STRAND_WORKSPACE_GRANTS must be a JSON object of user names")
     mine = grants.get(user.get_username()) or {}
     if isinstance(mine, list):
         mine = {Path(str(folder)).name: folder for folder in mine}
     if not isinstance(mine, dict) or not all(isinstance(f, str) for f in mine.values()):
-        raise StoreError(
+        raise DomainError(
             "STRAND_WORKSPACE_GRANTS: each user's grants must be a list of folders or an "
             "object of folders by label"
         )
@@ -159,7 +159,7 @@ def cwd_for(user: Any, asked: str) -> str:
         Path(checked).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         shown = display_cwd(user, checked)
-        raise StoreError(f"cannot use {shown} as a working directory: {exc.strerror}") from None
+        raise DomainError(f"cannot use {shown} as a working directory: {exc.strerror}") from None
     return checked
 
 

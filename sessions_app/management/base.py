@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from sessions_app.errors import DomainError
 from sessions_app.models import Session
-from sessions_app.store import StoreError
 
 
 class StrandCommand(BaseCommand):
@@ -17,7 +17,7 @@ class StrandCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> str | None:
         try:
             return super().execute(*args, **options)
-        except (StoreError, ValueError) as exc:
+        except (DomainError, ValueError) as exc:
             raise CommandError(str(exc)) from None
 
 

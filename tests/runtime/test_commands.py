@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from sessions_app import services, store, workspaces
+from sessions_app.errors import DomainError
 from sessions_app.models import Session
 from sessions_app.presets import preset_get, presets
-from sessions_app.store import StoreError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -90,9 +90,9 @@ def test_presets_from_the_environment():
     }
     assert "sk-" not in json.dumps(found)
     assert preset_get("anthropic", env)["api_key_env"] == "STRAND_ANTHROPIC_API_KEY"
-    with pytest.raises(StoreError, match="must not hold secrets"):
+    with pytest.raises(DomainError, match="must not hold secrets"):
         presets({"STRAND_PRESETS": json.dumps({"x": {"provider": "openai", "api_key": "sk"}})})
-    with pytest.raises(StoreError, match="not valid JSON"):
+    with pytest.raises(DomainError, match="not valid JSON"):
         presets({"STRAND_PRESETS": "{"})
     assert list(presets({})) == ["offline"]
     assert os.environ.get("STRAND_PRESETS") is None

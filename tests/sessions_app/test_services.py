@@ -5,8 +5,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from sessions_app import services, store
+from sessions_app.errors import DomainError
 from sessions_app.models import Entry, Event, Session, SessionDeletion
-from sessions_app.store import NewEvent, StoreError
+from sessions_app.store import NewEvent
 from tests.sessions_app.test_store import user_msg
 
 
@@ -34,7 +35,7 @@ def test_move_leaf_records_from_and_to(alice):
 @pytest.mark.django_db
 def test_move_leaf_to_unknown_entry_is_refused(alice):
     s = services.session_create(owner=alice)
-    with pytest.raises(StoreError, match="not an entry"):
+    with pytest.raises(DomainError, match="not an entry"):
         services.session_move_leaf(session=s, to="00000000")
 
 
@@ -59,7 +60,7 @@ def test_fork_copies_the_root_to_entry_path_with_labels(alice, bob):
 @pytest.mark.django_db
 def test_fork_of_unknown_entry_is_refused(alice):
     s = services.session_create(owner=alice)
-    with pytest.raises(StoreError, match="not an entry"):
+    with pytest.raises(DomainError, match="not an entry"):
         services.session_fork(session=s, entry_id="ffffffff", owner=alice)
     assert Session.objects.count() == 1
 
@@ -90,7 +91,7 @@ def test_rename_is_an_event_and_sets_the_title(alice):
     services.session_rename(session=s, title="  new  ")
     assert s.title == "new"
     assert store.events_after(s.id)[-1].type == "session/renamed"
-    with pytest.raises(StoreError):
+    with pytest.raises(DomainError):
         services.session_rename(session=s, title="   ")
 
 
