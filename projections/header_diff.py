@@ -32,6 +32,7 @@ HEADER_DEFAULTS: Mapping[str, Any] = {
     "thinking_level": "off",
 }
 SETTINGS = ("provider", "model", "thinking_level")
+_SHORT = {"thinking_level": "thinking"}
 CONTEXT_LINES = 3
 
 
@@ -100,11 +101,11 @@ class HeaderDiff:
     @property
     def summary(self) -> tuple[str, ...]:
         """Short names of what changed, for one line of a list."""
-        parts = [change.name.replace("_", " ") for change in self.settings]
+        parts = [_SHORT.get(change.name, change.name) for change in self.settings]
         if self.params:
-            parts.append("parameters")
+            parts.append("params")
         if self.system_prompt:
-            parts.append("system prompt")
+            parts.append("prompt")
         tools = [
             f"{sign}{len(names)}"
             for sign, names in (

@@ -119,6 +119,7 @@ class Entry(models.Model):
 
     class Meta:
         ordering = ["session", "seq"]
+        verbose_name_plural = "entries"
         constraints = [
             models.UniqueConstraint(fields=["session", "entry_id"], name="entry_session_id"),
         ]
@@ -166,6 +167,7 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name = "API token"
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

@@ -80,7 +80,7 @@ SETTINGS_CASES = [
     (
         {"thinking_level": "high"},
         (ValueChange("thinking_level", '"off"', '"high"'),),
-        ("thinking level",),
+        ("thinking",),
     ),
 ]
 
@@ -102,7 +102,7 @@ def test_parameters_added_removed_and_changed_by_key() -> None:
     )
     gone = diff_headers(BASE, changed(params={"temperature": 0.2}))
     assert gone.params == (ValueChange("stream", "true", None),)
-    assert gone.summary == ("parameters",)
+    assert gone.summary == ("params",)
 
 
 def test_the_system_prompt_as_a_line_diff() -> None:
@@ -117,7 +117,7 @@ def test_the_system_prompt_as_a_line_diff() -> None:
         DiffLine("added", "Answer at length.", None, 2),
         DiffLine("context", "Cite files.", 3, 3),
     )
-    assert diff.summary == ("system prompt",)
+    assert diff.summary == ("prompt",)
 
 
 def test_far_apart_changes_are_separate_hunks_with_context() -> None:
