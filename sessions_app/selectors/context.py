@@ -18,6 +18,7 @@ from projections.context import (
 from projections.records import EntryRecord
 from sessions_app import store
 from sessions_app.models import Session
+from sessions_app.selectors.events import SessionId
 
 
 def session_context(session: Session, leaf_id: str | None | UnsetType = UNSET) -> SessionContext:
@@ -33,13 +34,13 @@ def session_context(session: Session, leaf_id: str | None | UnsetType = UNSET) -
         leaf_id = session.leaf_entry_id
     if leaf_id is None:
         return EMPTY_CONTEXT
-    leaf = _entry_facts(session, leaf_id) or _last_entry_facts(session)
+    leaf = _entry_facts(session.id, leaf_id) or _last_entry_facts(session.id)
     if leaf is None:
         return EMPTY_CONTEXT
     wanted = [i for i in (leaf.compaction, leaf.thinking, leaf.model) if i is not None]
     found = {e.id: e for e in store.entries_by_id(session.id, wanted)}
     compaction = found.get(leaf.compaction) if leaf.compaction else None
-    window = store.path_to_root(session.id, leaf.id, min_depth=_window_top(session, compaction))
+    window = store.path_to_root(session.id, leaf.id, min_depth=_window_top(session.id, compaction))
     settings = PathSettings(
         thinking=found.get(leaf.thinking) if leaf.thinking else None,
         model=found.get(leaf.model) if leaf.model else None,
@@ -48,15 +49,26 @@ def session_context(session: Session, leaf_id: str | None | UnsetType = UNSET) -
     return build_context_from_window(window, settings)
 
 
-def _window_top(session: Session, compaction: EntryRecord | None) -> int:
+def kept_window(session_id: SessionId, leaf_id: str) -> list[EntryRecord]:
+    """The kept window of the path to `leaf_id` alone (see `session_context`), as the
+    runtime's turns and compactions read it; empty when no entry has that id."""
+    leaf = _entry_facts(session_id, leaf_id)
+    if leaf is None:
+        return []
+    found = store.entries_by_id(session_id, [leaf.compaction]) if leaf.compaction else []
+    compaction = found[0] if found else None
+    return store.path_to_root(session_id, leaf.id, min_depth=_window_top(session_id, compaction))
+
+
+def _window_top(session_id: SessionId, compaction: EntryRecord | None) -> int:
     """The depth the kept window starts at: the first kept entry's, when it is an ancestor
     of the compaction (an entry elsewhere, or a missing one, keeps nothing before it)."""
     if compaction is None:
         return 0
-    depth = store.depth_of(session.id, compaction.id)
+    depth = store.depth_of(session_id, compaction.id)
     first_kept = compaction.data.get("firstKeptEntryId")
     if isinstance(first_kept, str):
-        kept_depth = store.depth_of(session.id, first_kept)
+        kept_depth = store.depth_of(session_id, first_kept)
         if kept_depth is not None and depth is not None and kept_depth <= depth:
             return kept_depth
     return depth or 0
@@ -70,25 +82,23 @@ class _LeafFacts:
     model: str | None
 
 
-def _entry_facts(session: Session, entry_id: str) -> _LeafFacts | None:
+def _entry_facts(session_id: SessionId, entry_id: str) -> _LeafFacts | None:
     return _facts(
-        session,
         "SELECT entry_id, path_compaction, path_thinking, path_model FROM sessions_app_entry "
         "WHERE session_id = %s AND entry_id = %s",
-        [str(session.id), entry_id],
+        [str(session_id), entry_id],
     )
 
 
-def _last_entry_facts(session: Session) -> _LeafFacts | None:
+def _last_entry_facts(session_id: SessionId) -> _LeafFacts | None:
     return _facts(
-        session,
         "SELECT entry_id, path_compaction, path_thinking, path_model FROM sessions_app_entry "
         "WHERE session_id = %s ORDER BY seq DESC LIMIT 1",
-        [str(session.id)],
+        [str(session_id)],
     )
 
 
-def _facts(session: Session, sql: str, params: list[Any]) -> _LeafFacts | None:
+def _facts(sql: str, params: list[Any]) -> _LeafFacts | None:
     with connection.cursor() as cur:
         cur.execute(sql, params)
         row = cur.fetchone()

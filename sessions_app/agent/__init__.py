@@ -1,0 +1,125 @@
+"""The agent runtime wired to Django and Postgres: what views, the API, consumers and commands
+call to run agents (DESIGN §7).
+
+Services (each but `agent_run_foreground` also as an `a`-prefixed coroutine, for async
+callers; `session_id` may be a UUID, its string or a `Session`):
+
+    agent_send_message(session_id, text, *, mode="message", auto_approve=False) -> Sent
+        mode "message" starts a turn (refused with `TurnRunning` while one runs); "steer"
+        queues input for the running turn's next step, "follow_up" for the turn after it
+        (with no turn running, both simply start one). `Sent.turn` / `Sent.inbox_id`.
+    agent_retry(session_id, entry_id=None) -> Sent
+        a new turn from where a failed reply (stopReason "error") was asked
+    agent_cancel(session_id) -> bool
+    agent_decide_approval(session_id, approval_id, *, outcome, by=None)
+    agent_pending_approvals(session_id) -> list[PendingApproval]      (a read: never writes)
+    agent_compact(session_id, *, instructions=None) -> Compacted
+    agent_navigate(session_id, entry_id, *, summarize=False, instructions=None) -> Navigated
+    agent_recover(session_ids=None) -> list[Recovery]
+    agent_turn_status(session_id) -> "idle" | "running" | "interrupted"  (a read)
+    agent_wait(session_id, timeout=None) -> list[TurnEnded] | None
+    agent_run_foreground(session_id, text, ...) -> list[TurnEnded]   (the `send` command)
+
+Process plumbing: `agent_startup()` (recover every session a dead process left open; a
+server calls it once), `agent_stop_local_runs()`, `agent_shutdown()`.
+
+Runs read the session from their own database connections: call these services with the
+session committed (not inside an open `transaction.atomic()` that created it).
+
+Modules, by job:
+
+- `lock` — the turn lock, a Postgres advisory lock held by the process that runs the turn;
+  crash recovery closes an open turn only when it can take it; reading never writes;
+- `log` — `runtime.ports.SessionLog` over `store` (the one write) and the selectors;
+- `engine` — the process's agent loop thread, its database threads and its LISTEN
+  connection (wake-ups from commits, cancellation from any process);
+- `deltas` — the runtime's streaming text, published to live viewers (never stored);
+- `services` — the services above, each written once; `twins` makes the sync and async
+  pair of each.
+"""
+
+from __future__ import annotations
+
+from runtime import (
+    AgentError,
+    ApprovalNotPending,
+    Compacted,
+    Navigated,
+    NotFound,
+    NothingToCompact,
+    PendingApproval,
+    Recovery,
+    Sent,
+    SessionBusy,
+    TurnEnded,
+    TurnRunning,
+)
+from sessions_app.agent.lock import turn_lock_key
+from sessions_app.agent.services import (
+    aagent_cancel,
+    aagent_compact,
+    aagent_decide_approval,
+    aagent_navigate,
+    aagent_pending_approvals,
+    aagent_recover,
+    aagent_retry,
+    aagent_send_message,
+    aagent_turn_status,
+    aagent_wait,
+    agent_cancel,
+    agent_compact,
+    agent_decide_approval,
+    agent_navigate,
+    agent_pending_approvals,
+    agent_recover,
+    agent_retry,
+    agent_run_foreground,
+    agent_send_message,
+    agent_shutdown,
+    agent_startup,
+    agent_stop_local_runs,
+    agent_turn_status,
+    agent_wait,
+    running_sessions,
+)
+
+__all__ = [
+    "AgentError",
+    "ApprovalNotPending",
+    "Compacted",
+    "Navigated",
+    "NotFound",
+    "NothingToCompact",
+    "PendingApproval",
+    "Recovery",
+    "SessionBusy",
+    "Sent",
+    "TurnEnded",
+    "TurnRunning",
+    "aagent_cancel",
+    "aagent_compact",
+    "aagent_decide_approval",
+    "aagent_navigate",
+    "aagent_pending_approvals",
+    "aagent_recover",
+    "aagent_retry",
+    "aagent_send_message",
+    "aagent_turn_status",
+    "aagent_wait",
+    "agent_cancel",
+    "agent_compact",
+    "agent_decide_approval",
+    "agent_navigate",
+    "agent_pending_approvals",
+    "agent_recover",
+    "agent_run_foreground",
+    "agent_retry",
+    "agent_send_message",
+    "agent_shutdown",
+    "agent_startup",
+    "agent_stop_local_runs",
+    "agent_turn_status",
+    "agent_wait",
+    "running_sessions",
+    "turn_lock_key",
+]
