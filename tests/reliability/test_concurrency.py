@@ -38,8 +38,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def alice_token(django_user_model) -> tuple[Any, str]:
-    alice = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
+def alice_token(alice: Any) -> tuple[Any, str]:
     _, token = tokens.token_create(alice, "concurrency")
     return alice, token
 

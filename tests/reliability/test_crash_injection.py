@@ -171,13 +171,12 @@ def _drive(server: Server, session: Session, rng: random.Random) -> None:
 
 
 def test_sigkill_at_random_points_loses_and_doubles_nothing(
-    django_user_model, tmp_path, settings, monkeypatch, serve_preset
+    alice, tmp_path, settings, monkeypatch, serve_preset
 ):
     # The servers it starts read the workspace root and the presets from the environment.
     roots = str(tmp_path / "workspaces")
     settings.STRAND_WORKSPACE_ROOTS = [roots]
     monkeypatch.setenv("STRAND_WORKSPACE_ROOTS", roots)
-    alice = django_user_model.objects.create_user(username="alice", password="alice-pass-1234")
     workspace = Path(workspaces.default_cwd(alice))
     (workspace / "notes.txt").write_text("a needle in the notes, line after line\n" * 120)
     (workspace / "todo.md").write_text("- find the needle\n- write the report\n")
