@@ -32,7 +32,6 @@ from tests.runtime.conftest import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "strand.example.com"
-PASSWORD = "a-long-deploy-password-42"
 # Settings the production block may name; removed from the test run's own environment so
 # that only the block decides them.
 DEPLOYMENT_VARIABLES = {
@@ -165,9 +164,8 @@ def production_server(tmp_path: Path, transactional_db: Any) -> Iterator[str]:
 
 
 def test_behind_a_tls_proxy_cookies_are_secure_and_hsts_is_sent(
-    production_server: str, django_user_model: Any
+    production_server: str, alice: Any
 ) -> None:
-    django_user_model.objects.create_user(username="erin", password=PASSWORD)
     proxied = {"Host": HOST, "X-Forwarded-Proto": "https"}
 
     plain = requests.get(
@@ -196,7 +194,11 @@ def test_behind_a_tls_proxy_cookies_are_secure_and_hsts_is_sent(
             "Referer": f"https://{HOST}/accounts/login/",
             "Cookie": f"csrftoken={csrf.value}",
         },
-        data={"username": "erin", "password": PASSWORD, "csrfmiddlewaretoken": token.group(1)},
+        data={
+            "username": "alice",
+            "password": "alice-pass-1234",
+            "csrfmiddlewaretoken": token.group(1),
+        },
         allow_redirects=False,
     )
     assert signed_in.status_code == 302, signed_in.text[:2000]
