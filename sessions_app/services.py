@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from sessions_app import store, workspaces
+from projections.turns import TURN_MARKERS, is_open
+from runtime.errors import lock_refusal
+from sessions_app import selectors, store, workspaces
 from sessions_app.access import NotAllowed
 from sessions_app.errors import DomainError
 from sessions_app.models import Session, SessionDeletion
@@ -113,8 +117,58 @@ def session_label(*, session: Session, entry_id: str, label: str) -> store.Appen
 def session_move_leaf(
     *, session: Session, to: str | None, reason: str = "navigate"
 ) -> store.AppendResult:
-    """Point the current leaf at any entry (or None: the next entry starts a new root)."""
-    return _append_at_head(session, [NewEvent("leaf/moved", {"to": to, "reason": reason})])
+    """Point the current leaf at any entry (or None: the next entry starts a new root).
+
+    Every leaf move a user asks for (a click in the tree, `PUT /api/…/leaf`, editing a
+    message to send it again) comes here, and is made holding the session's turn lock, as
+    the runtime's navigation is: while a turn runs it is refused (`TurnRunning`, 409), and
+    it waits a few seconds for a compaction or a navigation to let go (`SessionBusy`)."""
+    with _turn_lock(session.id):
+        return _append_at_head(session, [NewEvent("leaf/moved", {"to": to, "reason": reason})])
+
+
+def session_leaf_before(*, session: Session, entry_id: str) -> None:
+    """Move the leaf to a user message's parent, so that what is sent next becomes the
+    message's sibling (editing a message to send it again)."""
+    found = store.entries_by_id(session.id, [entry_id])
+    if not found:
+        raise DomainError(f"{entry_id!r} is not an entry of this session")
+    entry = found[0]
+    message = entry.data.get("message")
+    if entry.type != "message" or not isinstance(message, Mapping) or message.get("role") != "user":
+        raise DomainError("only a user message can be edited and sent again")
+    session.refresh_from_db(fields=["leaf_entry_id"])
+    if session.leaf_entry_id != entry.parent_id:
+        session_move_leaf(session=session, to=entry.parent_id)
+
+
+# How long a leaf move waits for the turn lock while no turn is open (the holder is
+# finishing a turn, compacting or navigating): as long as the runtime's own navigation.
+LOCK_WAIT_S = 3.0
+
+
+@contextlib.contextmanager
+def _turn_lock(session_id: uuid.UUID) -> Iterator[None]:
+    """Hold the session's turn lock (the runtime's advisory lock, on this connection)."""
+    from sessions_app.agent import turn_lock_key
+
+    key = turn_lock_key(session_id)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    with connection.cursor() as cur:
+        while True:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            row = cur.fetchone()
+            if row and row[0]:
+                break
+            turn_open = is_open(selectors.latest_event(session_id, TURN_MARKERS))
+            if turn_open or time.monotonic() > deadline:
+                raise lock_refusal(turn_open=turn_open)
+            time.sleep(0.05)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def session_fork(

@@ -413,10 +413,10 @@ def test_imports_are_rate_limited(alice: User, settings: object) -> None:
 
 
 def test_long_branches_are_drawn_by_window(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sessions_app import views
+    from sessions_app.selectors import pages, tree
 
-    monkeypatch.setattr(views, "CHAT_ENTRIES", 20)
-    monkeypatch.setattr(views, "TREE_ROWS", 30)
+    monkeypatch.setattr(pages, "CHAT_ENTRIES", 20)
+    monkeypatch.setattr(tree, "TREE_ROWS", 30)
     pairs = [(f"question {i}", f"answer {i}") for i in range(40)]
     session = conversation(alice, "Long", *pairs)
     client = client_for(alice)
@@ -435,10 +435,11 @@ def test_long_branches_are_drawn_by_window(alice: User, monkeypatch: pytest.Monk
 def test_a_large_tree_is_drawn_near_the_branch_shown(
     alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessions_app import services, views
+    from sessions_app import services
+    from sessions_app.selectors import tree as tree_selectors
 
-    monkeypatch.setattr(views, "TREE_FULL_LIMIT", 10)
-    monkeypatch.setattr(views, "TREE_ROWS", 20)
+    monkeypatch.setattr(tree_selectors, "TREE_FULL_LIMIT", 10)
+    monkeypatch.setattr(tree_selectors, "TREE_ROWS", 20)
     session = conversation(alice, "Large", *[(f"q{i}", f"a{i}") for i in range(30)])
     fork_point = Entry.objects.filter(session=session).order_by("-seq")[3]
     services.session_move_leaf(session=session, to=fork_point.entry_id)
