@@ -46,8 +46,7 @@ from django.core.exceptions import (
     TooManyFilesSent,
 )
 from django.db import DataError
-from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.datastructures import MultiValueDict
 from ninja import NinjaAPI, Query, Router
@@ -58,10 +57,10 @@ from ninja.responses import Status
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
-from projections.chat import project_chat
 from projections.context import UNSET, to_provider_messages
+from projections.records import EntryRecord
 from projections.request import RequestNotFound
-from projections.trace import pick_turns, project_trace
+from projections.trace import project_trace
 from projections.tree import TreeRow
 from runtime import AgentError
 from runtime.config import ConfigError
@@ -76,17 +75,18 @@ from sessions_app import (
     tokens,
     workspaces,
 )
+from sessions_app.cursors import cursor_decode, cursor_encode
 from sessions_app.errors import DomainError
-from sessions_app.models import Entry, Session
+from sessions_app.models import Session
 from sessions_app.schemas import (
-    ENTRY_ID_MAX,
-    SEQ_MAX,
+    PATH_PAGE_MAX,
     TITLE_MAX,
     TREE_LABEL_MAX,
     AppendOut,
     ApprovalDecisionIn,
     ApprovalOut,
     CancelOut,
+    ChatIn,
     ChatOut,
     CompactIn,
     CompactOut,
@@ -102,7 +102,6 @@ from sessions_app.schemas import (
     ImportOut,
     LeafIn,
     LeafOut,
-    LeafQueryIn,
     MeOut,
     MessageIn,
     NavigateIn,
@@ -124,6 +123,7 @@ from sessions_app.schemas import (
     TreeOut,
     plain,
 )
+from sessions_app.streaming import streamed
 
 log = logging.getLogger("strand.api")
 
@@ -343,12 +343,8 @@ def _user(request: HttpRequest) -> Any:
 # --- reads the API shares with the admin audit -------------------------------------------
 
 
-def _all_events(session: Session) -> list[Any]:
-    return store.events_after(session.id, -1, session.last_seq + 1)
-
-
 def _check_entry(session: Session, entry_id: str) -> None:
-    if not store.entries_by_id(session.id, [entry_id]):
+    if not selectors.entry_exists(session, entry_id):
         raise DomainError(f"{entry_id!r} is not an entry of this session")
 
 
@@ -416,34 +412,27 @@ def _utc(moment: datetime, name: str) -> datetime:
         raise DomainError(f"{name}: the time is out of range") from None
 
 
-def _session_page(sessions: QuerySet[Session], limit: int, cursor: str | None) -> dict[str, Any]:
-    if cursor:
-        created, sid = _decode_cursor(cursor)
-        sessions = sessions.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=sid))
-    page = list(sessions.select_related("owner").order_by("-created_at", "-id")[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
-    return {"items": page, "next_cursor": _encode_cursor(page[-1]) if more and page else None}
-
-
 @router.get("/sessions", response={200: SessionPageOut, ERRORS: ErrorOut})
 def session_list(request: HttpRequest, filters: Query[SessionFilterIn]) -> Any:
     """Sessions you may see, newest first: yours, or every session for staff."""
-    sessions = access.visible_sessions(_user(request))
     if filters.q:
         ratelimit.rate_hit(_user(request), "search")
-        sessions = sessions.filter(title__icontains=filters.q)
-    if filters.owner:
-        sessions = sessions.filter(owner__username=filters.owner)
-    if filters.parent:
-        sessions = sessions.filter(parent_id=filters.parent)
-    if filters.created_after:
-        after = _utc(filters.created_after, "created_after")
-        sessions = sessions.filter(created_at__gt=after)
-    if filters.created_before:
-        before = _utc(filters.created_before, "created_before")
-        sessions = sessions.filter(created_at__lt=before)
-    return _session_page(sessions, filters.limit, filters.cursor)
+    found = selectors.session_page(
+        _user(request),
+        title=filters.q,
+        owner=filters.owner,
+        parent=filters.parent,
+        created_after=_utc(filters.created_after, "created_after")
+        if filters.created_after
+        else None,
+        created_before=_utc(filters.created_before, "created_before")
+        if filters.created_before
+        else None,
+        after=_decode_cursor(filters.cursor) if filters.cursor else None,
+        limit=filters.limit,
+    )
+    last = found.items[-1] if found.more and found.items else None
+    return {"items": found.items, "next_cursor": _encode_cursor(last) if last else None}
 
 
 @router.post("/sessions", response={201: SessionOut, ERRORS: ErrorOut})
@@ -522,7 +511,7 @@ def pi_import(request: HttpRequest) -> Any:
 @router.get("/sessions/{session_id}", response={200: SessionOut, ERRORS: ErrorOut})
 def session_get(request: HttpRequest, session_id: uuid.UUID) -> Any:
     session = access.session_for(_user(request), session_id)
-    session.turn_status = agent.agent_turn_status(session)  # type: ignore[attr-defined]
+    session.turn_status = selectors.session_turn_state(session).status  # type: ignore[attr-defined]
     return session
 
 
@@ -537,7 +526,7 @@ def session_delete(request: HttpRequest, session_id: uuid.UUID) -> Any:
     """Delete a session and its whole history (audited). Refused while a turn runs."""
     user = _user(request)
     session = access.session_for(user, session_id, write=True)
-    if agent.agent_turn_status(session) == "running":
+    if selectors.session_turn_state(session).running:
         raise store.ConcurrencyError(session.last_seq, session.last_seq)
     services.session_delete(session=session, by=user)
     return Status(204, None)
@@ -563,7 +552,7 @@ def event_list(request: HttpRequest, session_id: uuid.UUID, page: Query[EventPag
     """Events with seq > after_seq, oldest first."""
     session = access.session_for(_user(request), session_id)
     after_seq = page.after_seq
-    events = store.events_after(session.id, after_seq, page.limit)
+    events = selectors.events_after(session.id, after_seq, page.limit)
     last = max(session.last_seq, events[-1].seq if events else -1)
     upto = events[-1].seq if events else after_seq
     return {
@@ -591,55 +580,114 @@ def event_append(request: HttpRequest, session_id: uuid.UUID, body: EventsAppend
 
 @router.get("/sessions/{session_id}/entries", response={200: EntryPageOut, ERRORS: ErrorOut})
 def entry_list(request: HttpRequest, session_id: uuid.UUID, page: Query[EntryPageIn]) -> Any:
-    """Entries (the tree's nodes, as Pi writes them) in the order they were added."""
+    """Entries (the tree's nodes, as Pi writes them) in the order they were added, a page
+    after `after_seq`; or, with `path`, the last entries of the path to `leaf`, the window
+    the chat shows, with `older_cursor` for the window above."""
     session = access.session_for(_user(request), session_id)
-    after_seq, limit = page.after_seq, page.limit
-    rows = list(
-        Entry.objects.filter(session=session, seq__gt=after_seq)
-        .order_by("seq")
-        .values_list("entry_id", "parent_id", "type", "timestamp", "seq", "data")[: limit + 1]
-    )
-    entries = [
-        {
-            "id": i,
-            "parent_id": p,
-            "type": t,
-            "timestamp": ts,
-            "seq": s,
-            "data": store.decode_json(d),
+    if page.path or page.cursor:
+        if page.cursor:
+            _, at = cursor_decode(page.cursor, "path")
+            leaf, end = at["leaf"], at["end"]
+        else:
+            leaf = end = _leaf_or_current(session, page.leaf)
+        window = selectors.path_window(session, end, limit=min(page.limit, PATH_PAGE_MAX))
+        older = window.older_end
+        return {
+            "entries": [_entry(e) for e in window.entries],
+            "next_after_seq": None,
+            "entries_above": window.above,
+            "older_cursor": cursor_encode("path", leaf=leaf, end=older) if older else None,
         }
-        for i, p, t, ts, s, d in rows[:limit]
-    ]
-    more = len(rows) > limit
-    return {"entries": entries, "next_after_seq": entries[-1]["seq"] if more else None}
+    found = selectors.entry_page(session, after_seq=page.after_seq, limit=page.limit)
+    entries = [_entry(e) for e in found.entries]
+    return {
+        "entries": entries,
+        "next_after_seq": entries[-1]["seq"] if found.more and entries else None,
+    }
+
+
+def _entry(entry: EntryRecord) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "parent_id": entry.parent_id,
+        "type": entry.type,
+        "timestamp": entry.timestamp,
+        "seq": entry.seq,
+        "data": entry.data,
+    }
 
 
 @router.get("/sessions/{session_id}/tree", response={200: TreeOut, ERRORS: ErrorOut})
 def tree_get(request: HttpRequest, session_id: uuid.UUID, page: Query[TreeIn]) -> Any:
-    """The branch tree as rows in display order, a page at a time: each row has its depth
-    and indent as numbers, so the answer grows with the rows it holds, whatever the shape.
-    The cursor keeps the tree as it stood at the first page (its last seq and leaf)."""
+    """The branch tree as the session page draws it, a window of rows in display order:
+    the `limit` rows around `entry` (default: the leaf). Each row has its depth and indent
+    as numbers, so the answer grows with the rows it holds, whatever the tree's shape. The
+    cursors read the rows before and after, the path above, or the entries below a row
+    (`subtree_cursor`), always of the tree as it stood at the first window."""
     session = access.session_for(_user(request), session_id)
     if page.cursor:
-        as_of, leaf, start = _decode_tree_cursor(page.cursor)
+        window = _tree_at_cursor(session, page.cursor, page.limit)
     else:
-        as_of, leaf, start = session.last_seq, session.leaf_entry_id, 0
-    found = selectors.tree_page(session, as_of_seq=as_of, leaf=leaf, start=start, limit=page.limit)
-    tree = found.tree
-    nodes = [_tree_row(row) for row in found.rows]
+        leaf = _leaf_or_current(session, page.leaf)
+        window = selectors.tree_window(session, leaf, focus=page.entry, rows=page.limit)
+    return _tree_answer(window, page.limit)
+
+
+def _tree_at_cursor(session: Session, cursor: str, limit: int) -> selectors.TreeWindow:
+    kind, at = cursor_decode(cursor, "rows", "above", "below")
+    common = {"as_of_seq": at["as_of"], "leaf": at["leaf"]}
+    if kind == "rows":
+        stop = min(at["stop"], at["start"] + limit)
+        return selectors.tree_rows(session, **common, start=at["start"], stop=stop)
+    if kind == "above":
+        return selectors.tree_path_window(
+            session, **common, end=at["end"], below=at["below"], rows=limit
+        )
+    return selectors.tree_subtree_window(session, **common, parent=at["parent"], rows=limit)
+
+
+def _tree_answer(window: selectors.TreeWindow, limit: int) -> dict[str, Any]:
+    tree = window.tree
+    common = {"as_of": window.as_of_seq, "leaf": window.leaf}
+    previous = following = None
+    if window.partial:
+        if window.older_end and window.older_below:
+            previous = cursor_encode(
+                "above", **common, end=window.older_end, below=window.older_below
+            )
+        if window.chain_next:
+            following = cursor_encode("below", **common, parent=window.chain_next)
+    else:
+        first, last = window.start, window.start + len(window.rows)
+        if window.above:
+            previous = cursor_encode("rows", **common, start=max(0, first - limit), stop=first)
+        if window.below:
+            following = cursor_encode("rows", **common, start=last, stop=last + limit)
+    nodes = [
+        _tree_row(
+            row,
+            window,
+            cursor_encode("below", **common, parent=row.node.id)
+            if row.node.id in window.expandable
+            else None,
+        )
+        for row in window.rows
+    ]
     return {
-        "leaf_id": tree.leaf_id,
+        "leaf_id": window.leaf,
         "session_name": _clip(tree.session_name),
         "node_count": len(tree.rows),
         "root_count": len(tree.roots),
+        "partial": window.partial,
+        "rows_above": window.above,
+        "rows_below": window.below,
         "nodes": nodes,
-        "next_cursor": None
-        if found.next_start is None
-        else _encode_tree_cursor(as_of, leaf, found.next_start),
+        "previous_cursor": previous,
+        "next_cursor": following,
     }
 
 
-def _tree_row(row: TreeRow) -> dict[str, Any]:
+def _tree_row(row: TreeRow, window: selectors.TreeWindow, subtree: str | None) -> dict[str, Any]:
     node = row.node
     return {
         "row": row.row,
@@ -649,7 +697,7 @@ def _tree_row(row: TreeRow) -> dict[str, Any]:
         "role": node.role,
         "timestamp": node.timestamp,
         "seq": node.seq,
-        "depth": node.depth,
+        "depth": node.depth + window.depth_offset,
         "indent": row.display_indent,
         "connector": row.connector,
         "child_count": len(node.children),
@@ -657,34 +705,16 @@ def _tree_row(row: TreeRow) -> dict[str, Any]:
         "label": _clip(node.label),
         "marker": node.marker,
         "on_active_path": node.on_active_path,
-        "is_current_leaf": node.is_current_leaf,
+        "is_current_leaf": node.id == window.leaf,
         "descendants": node.descendants,
         "messages_below": node.messages_below,
         "newest_leaf_id": node.newest_leaf_id,
+        "subtree_cursor": subtree,
     }
 
 
 def _clip(text: str | None) -> str | None:
     return text if text is None or len(text) <= TREE_LABEL_MAX else text[: TREE_LABEL_MAX - 1] + "…"
-
-
-def _encode_tree_cursor(as_of_seq: int, leaf: str | None, start: int) -> str:
-    raw = json.dumps([as_of_seq, leaf, start], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_tree_cursor(cursor: str) -> tuple[int, str | None, int]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        as_of, leaf, start = json.loads(raw)
-    except (ValueError, TypeError, binascii.Error):
-        raise DomainError("the cursor is not one this API gave out") from None
-    numbers = type(as_of) is int and type(start) is int  # not bool, not float
-    if not numbers or not (-1 <= as_of <= SEQ_MAX and 0 <= start <= SEQ_MAX):
-        raise DomainError("the cursor is not one this API gave out")
-    if leaf is not None and (not isinstance(leaf, str) or len(leaf) > ENTRY_ID_MAX):
-        raise DomainError("the cursor is not one this API gave out")
-    return as_of, leaf, start
 
 
 @router.get("/sessions/{session_id}/leaf", response={200: LeafOut, ERRORS: ErrorOut})
@@ -695,7 +725,8 @@ def leaf_get(request: HttpRequest, session_id: uuid.UUID) -> Any:
 
 @router.put("/sessions/{session_id}/leaf", response={200: LeafOut, ERRORS: ErrorOut})
 def leaf_move(request: HttpRequest, session_id: uuid.UUID, body: LeafIn) -> Any:
-    """Point the current leaf at exactly this entry (null: the next entry starts a root)."""
+    """Point the current leaf at exactly this entry (null: the next entry starts a root).
+    Refused with 409 while a turn runs, as every leaf move is."""
     session = access.session_for(_user(request), session_id, write=True)
     result = services.session_move_leaf(session=session, to=body.entry_id)
     return {"leaf_entry_id": result.leaf_entry_id, "last_seq": result.last_seq}
@@ -738,29 +769,54 @@ def context_get(request: HttpRequest, session_id: uuid.UUID, query: Query[Contex
 
 
 @router.get("/sessions/{session_id}/views/chat", response={200: ChatOut, ERRORS: ErrorOut})
-def chat_view(request: HttpRequest, session_id: uuid.UUID, query: Query[LeafQueryIn]) -> Any:
+def chat_view(request: HttpRequest, session_id: uuid.UUID, query: Query[ChatIn]) -> Any:
+    """The chat of the path to `leaf` (default: the current leaf) as the session page shows
+    it: its last `limit` entries; `older_cursor` gives the window above."""
     session = access.session_for(_user(request), session_id)
-    leaf = query.leaf
-    if leaf is not None:
-        _check_entry(session, leaf)
-    chat = project_chat(
-        selectors.entry_records(session),
-        leaf if leaf is not None else session.leaf_entry_id,
-        _all_events(session),
-    )
-    return plain(chat)
+    if query.cursor:
+        _, at = cursor_decode(query.cursor, "path")
+        leaf, end = at["leaf"], at["end"]
+    else:
+        leaf = _leaf_or_current(session, query.leaf)
+        end = None
+    window = selectors.chat_window(session, leaf, end=end, limit=query.limit)
+    older = window.older_end
+    return {
+        **plain(window.chat),
+        "path_length": window.path_length,
+        "entries_above": window.above,
+        "older_cursor": cursor_encode("path", leaf=leaf, end=older) if older else None,
+    }
 
 
 @router.get("/sessions/{session_id}/views/trace", response={200: TraceOut, ERRORS: ErrorOut})
 def trace_view(request: HttpRequest, session_id: uuid.UUID, query: Query[TraceIn]) -> Any:
-    """Turns → steps → model requests → tool calls: the latest `turns` turns, or those
+    """Turns → steps → model requests → tool calls, as the session page shows them: the
+    latest `turns` turns of the branch to `leaf` (every turn with `scope=all`), or those
     before `before_turn`."""
     session = access.session_for(_user(request), session_id)
-    window = pick_turns(
-        selectors.turn_numbers(session), last_n=query.turns, before_turn=query.before_turn
+    window = selectors.trace_window(
+        session,
+        _leaf_or_current(session, query.leaf),
+        everywhere=query.scope == "all",
+        before=query.before_turn,
+        turns=query.turns,
     )
-    trace = project_trace(store.events_of_turns(session.id, window.turns))
-    return {**plain(trace), "turns": list(window.turns), "older_turn": window.older}
+    trace = window.trace if window.trace is not None else project_trace(())
+    return {
+        **plain(trace),
+        "turns": list(window.turns),
+        "older_turn": window.older,
+        "turn_count": window.turn_count,
+        "turns_complete": window.complete,
+    }
+
+
+def _leaf_or_current(session: Session, leaf: str | None) -> str | None:
+    if leaf is None:
+        return session.leaf_entry_id
+    _check_entry(session, leaf)
+    return leaf
 
 
 @router.get(
@@ -823,7 +879,7 @@ def turn_retry(request: HttpRequest, session_id: uuid.UUID, body: RetryIn) -> An
 @router.get("/sessions/{session_id}/approvals", response={200: list[ApprovalOut], ERRORS: ErrorOut})
 def approval_list(request: HttpRequest, session_id: uuid.UUID) -> Any:
     session = access.session_for(_user(request), session_id)
-    return [plain(a) for a in agent.agent_pending_approvals(session)]
+    return [plain(a) for a in selectors.open_turn_approvals(session)]
 
 
 @router.post(
@@ -865,8 +921,10 @@ _EXPORT_RESPONSES = {
 )
 def pi_export(request: HttpRequest, session_id: uuid.UUID) -> Any:
     session = access.session_for(_user(request), session_id)
-    body = "".join(pi_io.pi_export_lines(session))
-    response = HttpResponse(body, content_type="application/x-ndjson; charset=utf-8")
+    lines = pi_io.pi_export_lines(session, selectors.entry_stream(session))
+    response = StreamingHttpResponse(
+        streamed(lines, request), content_type="application/x-ndjson; charset=utf-8"
+    )
     response["Content-Disposition"] = f'attachment; filename="strand-{session.id}.jsonl"'
     response["X-Content-Type-Options"] = "nosniff"
     return response

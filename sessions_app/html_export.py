@@ -22,9 +22,7 @@ from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequen
 from pathlib import Path
 from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
 from django.contrib.staticfiles import finders
-from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -39,6 +37,7 @@ from projections.tree import TreeRow, project_tree
 from sessions_app import pi_io, selectors
 from sessions_app.models import Session
 from sessions_app.page_query import PageQuery
+from sessions_app.streaming import streamed
 from sessions_app.templatetags.strand import (
     TREE_DRAWN_INDENT,
     clip,
@@ -64,21 +63,8 @@ T = TypeVar("T")
 
 
 def export_stream(session: Session, request: HttpRequest) -> Iterator[str] | AsyncIterator[str]:
-    """The export as a response body: under ASGI an asynchronous iterator, since Django
-    would read a synchronous one into memory whole before sending it."""
-    if isinstance(request, ASGIRequest):
-        return _async_chunks(export_html(session))
-    return export_html(session)
-
-
-async def _async_chunks(chunks: Generator[str, None, None]) -> AsyncIterator[str]:
-    # Each chunk is made in the request's own thread, the one that holds its connection.
-    step = sync_to_async(lambda: next(chunks, None), thread_sensitive=True)
-    try:
-        while (chunk := await step()) is not None:
-            yield chunk
-    finally:
-        await sync_to_async(chunks.close, thread_sensitive=True)()
+    """The export as a response body, streamed under ASGI too."""
+    return streamed(export_html(session), request)
 
 
 def export_html(session: Session) -> Generator[str, None, None]:

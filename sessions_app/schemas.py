@@ -25,6 +25,8 @@ from pydantic import model_validator
 
 from projections.trace import DEFAULT_PAGE_TURNS
 from sessions_app.presets import preset_name_of
+from sessions_app.selectors.pages import CHAT_ENTRIES
+from sessions_app.selectors.tree import TREE_ROWS
 from sessions_app.workspaces import display_cwd
 
 # --- limits --------------------------------------------------------------------------------
@@ -40,7 +42,9 @@ QUERY_MAX = 200
 PAGE_MAX = 200
 EVENTS_PAGE_MAX = 1000
 ENTRIES_PAGE_MAX = 5000
+PATH_PAGE_MAX = 2000  # entries of a path window (the chat's, the entries')
 TREE_PAGE_MAX = 2000  # rows of the tree in one answer
+CURSOR_MAX = 400
 TREE_LABEL_MAX = 200  # characters of a label in a tree row (an imported label can be longer)
 SEQ_MAX = 2**62
 
@@ -213,6 +217,15 @@ class EventPageIn(Schema):
 class EntryPageIn(Schema):
     after_seq: int = Field(-1, ge=-1, le=SEQ_MAX)
     limit: int = Field(500, ge=1, le=ENTRIES_PAGE_MAX)
+    path: bool = Field(
+        False,
+        description="The path to `leaf` instead: its last `limit` entries (at most "
+        f"{PATH_PAGE_MAX}), root-most first, as the chat shows them; `older_cursor` reads on",
+    )
+    leaf: str | None = Field(
+        None, max_length=ENTRY_ID_MAX, description="With `path`: an entry (default: the leaf)"
+    )
+    cursor: str | None = Field(None, max_length=CURSOR_MAX, description="older_cursor of a page")
 
 
 class EventIn(Schema):
@@ -274,7 +287,11 @@ class EntryOut(Schema):
 
 class EntryPageOut(Schema):
     entries: list[EntryOut]
-    next_after_seq: int | None
+    next_after_seq: int | None = Field(..., description="In seq order: after_seq of the next page")
+    entries_above: int | None = Field(
+        None, description="With `path`: entries of the path above these"
+    )
+    older_cursor: str | None = Field(None, description="With `path`: the entries above these")
 
 
 class LeafOut(Schema):
@@ -315,9 +332,19 @@ class ContextIn(LeafQueryIn):
     )
 
 
-class TraceIn(Schema):
+class ChatIn(LeafQueryIn):
+    limit: int = Field(
+        CHAT_ENTRIES, ge=1, le=PATH_PAGE_MAX, description="Entries of the path to show (the last)"
+    )
+    cursor: str | None = Field(None, max_length=CURSOR_MAX, description="older_cursor of a page")
+
+
+class TraceIn(LeafQueryIn):
     turns: int = Field(DEFAULT_PAGE_TURNS, ge=1, le=200, description="How many turns")
     before_turn: int | None = Field(None, ge=0, le=2**31, description="older_turn of a page")
+    scope: Literal["branch", "all"] = Field(
+        "branch", description="The turns of the branch to `leaf`, or of the whole session"
+    )
 
 
 class ContextOut(Schema):
@@ -328,9 +355,16 @@ class ContextOut(Schema):
     model: dict[str, Any] | None
 
 
-class TreeIn(Schema):
-    limit: int = Field(500, ge=1, le=TREE_PAGE_MAX, description="Rows in this page")
-    cursor: str | None = Field(None, max_length=200, description="next_cursor of a page")
+class TreeIn(LeafQueryIn):
+    entry: str | None = Field(
+        None, max_length=ENTRY_ID_MAX, description="The rows around this entry (default: the leaf)"
+    )
+    limit: int = Field(TREE_ROWS, ge=1, le=TREE_PAGE_MAX, description="Rows in this page")
+    cursor: str | None = Field(
+        None,
+        max_length=CURSOR_MAX,
+        description="previous_cursor or next_cursor of a page, or a row's subtree_cursor",
+    )
 
 
 class TreeNodeOut(Schema):
@@ -357,23 +391,40 @@ class TreeNodeOut(Schema):
     descendants: int
     messages_below: int
     newest_leaf_id: str
+    subtree_cursor: str | None = Field(
+        None, description="Partial trees: the entries below this one, not drawn here"
+    )
 
 
 class TreeOut(Schema):
+    """A window of the tree as the session page draws it: a run of rows of the whole layout
+    (a session of up to TREE_FULL_LIMIT entries), or, for a larger one (`partial`), the end
+    of the path to the leaf with the first entries of the branches that leave it. Counts
+    and depths in a partial window are of the entries it holds; `depth` is from the root."""
+
     leaf_id: str | None
     session_name: str | None
-    node_count: int
+    node_count: int = Field(..., description="Rows of the layout this window is part of")
     root_count: int
+    partial: bool
+    rows_above: int = Field(..., description="Rows before these (partial: path entries above)")
+    rows_below: int
     nodes: list[TreeNodeOut] = Field(..., description="A page of rows in display order")
+    previous_cursor: str | None = Field(
+        ..., description="The rows before these (partial: the path above), or null"
+    )
     next_cursor: str | None = Field(
         ...,
-        description="The next page of the same tree (as it stood at the first page), or null",
+        description="The rows after these (partial: further down a subtree), or null. Every "
+        "cursor reads the tree as it stood at the first page",
     )
 
 
 class ChatOut(Schema):
-    leaf_id: str | None
-    path_length: int
+    leaf_id: str | None = Field(..., description="The last entry of this window")
+    path_length: int = Field(..., description="Entries from the root to leaf_id")
+    entries_above: int = Field(..., description="Entries of the path above this window")
+    older_cursor: str | None = Field(..., description="The window of the path above, or null")
     items: list[dict[str, Any]] = Field(
         ...,
         description="user, assistant, tool_result, bash, custom_message, compaction, "
@@ -384,6 +435,10 @@ class ChatOut(Schema):
 class TraceOut(Schema):
     turns: list[int]
     older_turn: int | None = Field(..., description="Pass as before_turn for older turns")
+    turn_count: int = Field(..., description="Turns found for the branch (or the session)")
+    turns_complete: bool = Field(
+        ..., description="False when more turns lie further up a long path"
+    )
     spans: list[dict[str, Any]]
     usage: dict[str, Any]
     running: bool

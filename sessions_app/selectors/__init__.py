@@ -20,7 +20,15 @@ re-exported here: `selectors.chat_window(...)`.
 from __future__ import annotations
 
 from sessions_app.selectors.context import session_context
-from sessions_app.selectors.entries import entry_exists, entry_records
+from sessions_app.selectors.entries import (
+    EntryPage,
+    PathWindow,
+    entry_exists,
+    entry_page,
+    entry_records,
+    entry_stream,
+    path_window,
+)
 from sessions_app.selectors.events import (
     event_at,
     events_after,
@@ -62,9 +70,7 @@ from sessions_app.selectors.sessions import (
 from sessions_app.selectors.tree import (
     TREE_FULL_LIMIT,
     TREE_ROWS,
-    TreePage,
     TreeWindow,
-    tree_page,
     tree_path_window,
     tree_rows,
     tree_subtree_window,
@@ -85,17 +91,20 @@ __all__ = [
     "TREE_ROWS",
     "ChatWindow",
     "ContextWindow",
+    "EntryPage",
     "NextContext",
+    "PathWindow",
     "RequestRef",
     "SessionPage",
     "SessionRow",
     "TraceWindow",
-    "TreePage",
     "TreeWindow",
     "chat_window",
     "context_window",
     "entry_exists",
+    "entry_page",
     "entry_records",
+    "entry_stream",
     "event_at",
     "events_after",
     "events_of_turns",
@@ -104,6 +113,7 @@ __all__ = [
     "message_text",
     "next_context",
     "open_turn_approvals",
+    "path_window",
     "request_context",
     "request_view",
     "requests_of",
@@ -117,7 +127,6 @@ __all__ = [
     "sessions_by_age",
     "shown_leaf",
     "trace_window",
-    "tree_page",
     "tree_path_window",
     "tree_rows",
     "tree_subtree_window",

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from projections.chat import ChatView, project_chat
 from projections.records import EntryRecord
 from projections.trace import DEFAULT_PAGE_TURNS, TraceSpan, TraceView, pick_turns, project_trace
-from sessions_app import store
 from sessions_app.models import Session
-from sessions_app.selectors.entries import entry_exists
+from sessions_app.selectors.entries import entry_exists, path_window
 from sessions_app.selectors.events import events_of_turns
 from sessions_app.selectors.turns import all_turns, branch_turns, turns_of_entries
 
@@ -69,19 +68,19 @@ def chat_window(
 
     The page's options: `entry`, a deep link to an earlier entry of the path, opens the chat
     down from it; `everything` shows the whole path."""
-    limit = CHAT_ENTRIES if limit is None else limit
-    last = end if end is not None else leaf
-    depth = store.depth_of(session.id, last) if last else None
-    start = 0 if everything or depth is None else max(0, depth + 1 - limit)
-    if start and entry:
-        linked = store.depth_of(session.id, entry)
-        if linked is not None and linked < start:
-            start = linked
-    path = store.path_to_root(session.id, last, min_depth=start) if last else []
+    window = path_window(
+        session,
+        end if end is not None else leaf,
+        limit=CHAT_ENTRIES if limit is None else limit,
+        entry=entry,
+        everything=everything,
+    )
+    path = list(window.entries)
     events = events_of_turns(session.id, turns_of_entries(session, path))
-    chat = project_chat(path, last, events)
-    above = max(depth + 1 - len(path), 0) if depth is not None else 0
-    return ChatWindow(chat=chat, leaf=leaf, end=last, entries=tuple(path), above=above)
+    chat = project_chat(path, window.end, events)
+    return ChatWindow(
+        chat=chat, leaf=leaf, end=window.end, entries=window.entries, above=window.above
+    )
 
 
 # --- trace -------------------------------------------------------------------------------------

@@ -274,28 +274,3 @@ def _newest_chain(session: Session, parent: str, depth: int, as_of: int, count: 
             {"s": str(session.id), "p": parent, "d": depth, "as_of": as_of, "count": count},
         )
         return [row[0] for row in cur.fetchall()]
-
-
-@dataclass(frozen=True)
-class TreePage:
-    """Rows `start` onwards of the whole tree as it stood at `as_of_seq` with `leaf` current."""
-
-    tree: TreeView
-    rows: tuple[TreeRow, ...]
-    as_of_seq: int
-    leaf: str | None
-    next_start: int | None
-
-
-def tree_page(
-    session: Session, *, as_of_seq: int, leaf: str | None, start: int, limit: int
-) -> TreePage:
-    tree = _whole(session, as_of_seq, leaf)
-    end = start + limit
-    return TreePage(
-        tree=tree,
-        rows=tree.rows[start:end],
-        as_of_seq=as_of_seq,
-        leaf=leaf,
-        next_start=end if end < len(tree.rows) else None,
-    )

@@ -81,6 +81,54 @@ def body_of(response: Any) -> Any:
     return json.loads(response.content)
 
 
+def tree_walk(api: Api, sid: Any, limit: int = 2000, query: str = "") -> tuple[list[dict], int]:
+    """Every row the tree API gives from its first window on, following each cursor once
+    (the rows before, after, the path above, every subtree), and the bytes of all answers.
+    Rows come in reading order: earlier windows first, subtrees after the rows they hang
+    from."""
+    path = f"/sessions/{sid}/tree?limit={limit}{query}"
+    size = 0
+
+    def fetch(cursor: str | None) -> dict:
+        nonlocal size
+        response = api.get(path + (f"&cursor={cursor}" if cursor else ""))
+        assert response.status_code == 200, response.content[:300]
+        size += len(response.content)
+        return body_of(response)
+
+    def expand(rows: list[dict]) -> list[dict]:
+        out: list[dict] = []
+        for row in rows:
+            out.append(row)
+            if row["subtree_cursor"]:
+                out.extend(down(row["subtree_cursor"]))
+        return out
+
+    def down(cursor: str | None) -> list[dict]:
+        rows: list[dict] = []
+        while cursor:
+            page = fetch(cursor)
+            rows.extend(expand(page["nodes"]))
+            cursor = page["next_cursor"]
+        return rows
+
+    first = fetch(None)
+    rows = expand(first["nodes"])
+    cursor = first["previous_cursor"]
+    while cursor:
+        page = fetch(cursor)
+        rows = expand(page["nodes"]) + rows
+        cursor = page["previous_cursor"]
+    return rows + down(first["next_cursor"]), size
+
+
+def content_of(response: Any) -> bytes:
+    """The body of a response, streamed (the exports) or not."""
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content)
+    return bytes(response.content)
+
+
 @pytest.fixture
 def as_alice(alice: Any) -> Api:
     return token_api(alice)

@@ -12,7 +12,7 @@ import pytest
 
 from sessions_app.models import Session
 from sessions_app.schemas import MESSAGE_MAX
-from tests.api.conftest import Api, body_of
+from tests.api.conftest import Api, body_of, content_of
 
 pytestmark = pytest.mark.django_db
 
@@ -184,7 +184,7 @@ def test_the_export_holds_the_content_unchanged(
     assert response["Content-Type"].startswith("application/x-ndjson")
     assert response["Content-Disposition"] == f'attachment; filename="strand-{sid}.jsonl"'
     assert response["X-Content-Type-Options"] == "nosniff"
-    lines = response.content.decode("utf-8").split("\n")
+    lines = content_of(response).decode("utf-8").split("\n")
     assert lines[-1] == ""  # one JSON value per line: no raw line breaks inside a value
     entries = [json.loads(line) for line in lines[1:-1]]
     found = set(strings_in(entries))

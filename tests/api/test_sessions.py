@@ -3,6 +3,7 @@ the API, and the error shape and limits on each kind of input."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from django.test import Client
 
 from sessions_app import services, store
 from sessions_app.models import Event, Session, SessionDeletion
-from tests.api.conftest import Api, body_of
+from tests.api.conftest import Api, body_of, content_of, tree_walk
 
 pytestmark = pytest.mark.django_db
 
@@ -244,20 +245,39 @@ def test_tree_shows_branches_labels_and_the_active_path(
     assert {n["indent"] for n in children} == {1}
 
 
-def test_tree_pages_with_a_cursor_and_refuses_a_forged_one(
+def test_tree_pages_around_the_leaf_with_cursors_and_refuses_a_forged_one(
     as_alice: Api, alice_session: Session
 ) -> None:
     path = f"/sessions/{alice_session.id}/tree"
     first = body_of(as_alice.get(path + "?limit=3"))
-    assert len(first["nodes"]) == 3 and first["next_cursor"]
-    rest = body_of(as_alice.get(path + f"?limit=3&cursor={first['next_cursor']}"))
-    assert [n["row"] for n in rest["nodes"]] == [3] and rest["next_cursor"] is None
-    for bad in ("nope", "W10", "WzEsbnVsbCwtMV0"):  # not base64 JSON, [], [1,null,-1]
+    assert len(first["nodes"]) == 3 and not first["partial"]
+    assert [n["id"] for n in first["nodes"] if n["is_current_leaf"]] == [
+        alice_session.leaf_entry_id
+    ]
+    assert first["rows_above"] + 3 + first["rows_below"] == first["node_count"] == 4
+    rows, _ = tree_walk(as_alice, alice_session.id, limit=3)
+    assert [n["row"] for n in rows] == [0, 1, 2, 3]
+    forged = [
+        "nope",
+        "W10",  # []
+        cursor_text({"k": "rows"}),
+        cursor_text({"k": "sql", "as_of": 1}),
+        cursor_text({"k": "rows", "as_of": True, "leaf": None, "start": 0, "stop": 1}),
+        cursor_text({"k": "rows", "as_of": 1, "leaf": None, "start": -5, "stop": 1}),
+        cursor_text({"k": "below", "as_of": 1, "leaf": None, "parent": "x" * 65}),
+        cursor_text({"k": "path", "leaf": None, "end": "a"}),  # a chat cursor
+    ]
+    for bad in forged:
         refused = as_alice.get(path + f"?cursor={bad}")
-        assert refused.status_code == 422
+        assert refused.status_code == 422, bad
         assert body_of(refused)["error"] == "invalid"
     too_many = as_alice.get(path + "?limit=2001")
     assert too_many.status_code == 422 and body_of(too_many)["error"] == "validation_error"
+
+
+def cursor_text(value: Any) -> str:
+    raw = json.dumps(value).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def test_leaf_moves_exactly_where_asked(as_alice: Api, alice_session: Session) -> None:
@@ -333,7 +353,7 @@ def test_import_then_export_round_trips_the_entries(as_alice: Api) -> None:
     assert exported["Content-Type"].startswith("application/x-ndjson")
     assert exported["Content-Disposition"].startswith("attachment;")
     assert exported["X-Content-Type-Options"] == "nosniff"
-    back = [json.loads(line) for line in exported.content.decode().splitlines()]
+    back = [json.loads(line) for line in content_of(exported).decode().splitlines()]
     assert [e["id"] for e in back[1:]] == [e["id"] for e in lines[1:]]
     assert back[1:] == lines[1:]
 

@@ -22,7 +22,7 @@ from django.urls import reverse
 from sessions_app import pi_io, store
 from sessions_app.models import Entry, Session
 from sessions_app.store import NewEvent
-from tests.api.conftest import Api, body_of, user_msg
+from tests.api.conftest import Api, body_of, tree_walk, user_msg
 
 pytestmark = pytest.mark.django_db
 
@@ -89,20 +89,10 @@ def page_client(user: Any) -> Client:
 
 
 def tree_pages(api: Api, session: Session, limit: int = 2000) -> tuple[list[dict], int]:
-    """Every row of the tree API, page by page, and the bytes of all the answers."""
-    rows: list[dict] = []
-    size = 0
-    cursor = ""
-    while True:
-        query = f"?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
-        response = api.get(f"/sessions/{session.id}/tree{query}")
-        assert response.status_code == 200, response.content[:300]
-        size += len(response.content)
-        body = body_of(response)
-        rows.extend(body["nodes"])
-        if body["next_cursor"] is None:
-            return rows, size
-        cursor = body["next_cursor"]
+    """Every row of the tree API, window by window, and the bytes of all the answers."""
+    rows, size = tree_walk(api, session.id, limit)
+    assert len({row["id"] for row in rows}) == len(rows)  # each entry once
+    return rows, size
 
 
 def export_of(user: Any, session: Session) -> str:
@@ -232,11 +222,12 @@ def test_tree_cursor_visits_every_node_once_while_the_session_moves(
         [NewEvent("leaf/moved", {"to": root, "reason": "navigate"}), user_msg("a new branch")],
     )
     rows = list(first["nodes"])
-    cursor = first["next_cursor"]
-    while cursor:
-        page = body_of(as_alice.get(path + f"?limit=97&cursor={cursor}"))
-        rows.extend(page["nodes"])
-        cursor = page["next_cursor"]
+    for key in ("previous_cursor", "next_cursor"):
+        cursor = first[key]
+        while cursor:
+            page = body_of(as_alice.get(path + f"?limit=97&cursor={cursor}"))
+            rows = page["nodes"] + rows if key == "previous_cursor" else rows + page["nodes"]
+            cursor = page[key]
 
     ids = [row["id"] for row in rows]
     assert len(ids) == len(set(ids)) == len(before)

@@ -1,0 +1,32 @@
+"""Response bodies made a chunk at a time, for the whole-session exports.
+
+Under ASGI Django reads a synchronous iterator into memory whole before it sends a byte, so
+an export handed to `StreamingHttpResponse` goes through `streamed`: under ASGI an
+asynchronous iterator that makes each chunk in the request's own thread (the one that
+holds its database connection), else the iterator itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Iterator
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest
+
+
+def streamed(chunks: Iterable[str], request: HttpRequest) -> Iterator[str] | AsyncIterator[str]:
+    if isinstance(request, ASGIRequest):
+        return _async_chunks(iter(chunks))
+    return iter(chunks)
+
+
+async def _async_chunks(chunks: Iterator[str]) -> AsyncIterator[str]:
+    step = sync_to_async(lambda: next(chunks, None), thread_sensitive=True)
+    try:
+        while (chunk := await step()) is not None:
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            await sync_to_async(close, thread_sensitive=True)()
