@@ -131,7 +131,7 @@ class _GeneratedIdCollision(Exception):
     pass
 
 
-# SQLSTATEs raised by strand_append (migration 0003).
+# SQLSTATEs raised by strand_append (sql/strand_append_v2.sql, installed by migration 0008).
 _CONFLICT, _NO_SESSION = "SA001", "SA002"
 _REFUSED = {"SA003", "SA004", "SA005"}
 
@@ -195,22 +195,23 @@ def _arguments(session_id: str, expected_seq: int, prepared: list[_Prepared]) ->
 
 
 def _batch_item(p: _Prepared) -> str:
-    """One event as strand_append reads it; the data's JSON text is embedded, not re-encoded."""
+    """One event as strand_append reads it (its keys are listed in
+    sql/strand_append_v2.sql); the data's JSON text is embedded, not re-encoded."""
     entry = p.entry
     moved = p.event.type == "leaf/moved"
     head = {
         "type": p.event.type,
-        "v": _version(p.event.type),
+        "schema_version": _version(p.event.type),
         "turn": _turn_or_step(p, "turn"),
         "step": _turn_or_step(p, "step"),
-        "ign": p.event.ignorable,
-        "eid": entry["id"] if entry is not None else None,
-        "pg": p.parent_given,
-        "p": entry["parentId"] if entry is not None else None,
-        "o": p.orphan,
-        "k": path_kind(entry) if entry is not None else None,
-        "mv": moved,
-        "to": p.data.get("to") if moved else None,
+        "ignorable": p.event.ignorable,
+        "entry_id": entry["id"] if entry is not None else None,
+        "parent_given": p.parent_given,
+        "parent_id": entry["parentId"] if entry is not None else None,
+        "orphan": p.orphan,
+        "path_kind": path_kind(entry) if entry is not None else None,
+        "leaf_move": moved,
+        "move_to": p.data.get("to") if moved else None,
     }
     return _dumps(head)[:-1] + ',"data":' + p.json_text + "}"
 
