@@ -275,8 +275,8 @@ STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
 # throttled by django-axes: STRAND_SIGNIN_FAILURES failed sign-ins (5) for one user name from
 # one address pause that pair for STRAND_SIGNIN_COOLOFF_MINUTES (15), restarted by each
 # failure meanwhile; other addresses can still sign in as that user, so a stranger cannot
-# lock someone out. The address is the connection's (REMOTE_ADDR: behind a proxy, the proxy's,
-# and the pause then holds for the user name alone). A success clears the count.
+# lock someone out. The address is the connection's, or behind trusted proxies the one they
+# forwarded (STRAND_TRUSTED_PROXIES below). A success clears the count.
 INSTALLED_APPS += ["axes"]
 MIDDLEWARE += [
     "sessions_app.limit_responses.RateLimitedPages",
@@ -291,6 +291,11 @@ AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("STRAND_SIGNIN_COOLOF
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "sessions_app.limit_responses.signin_paused"
+# Behind proxies that append the client's address to X-Forwarded-For (HAProxy's `option
+# forwardfor`, nginx's `$proxy_add_x_forwarded_for`), how many of them to believe; 0 (the
+# default) believes none and counts by the connection's address.
+STRAND_TRUSTED_PROXIES = int(os.environ.get("STRAND_TRUSTED_PROXIES", "0"))
+AXES_CLIENT_IP_CALLABLE = "sessions_app.limit_responses.client_address"
 
 # Folders under which sessions may have their working directory (where the agent's tools
 # read and write), separated by os.pathsep. A new session gets its owner's own folder under

@@ -81,3 +81,25 @@ def signin_paused(
     if wait > 0:
         response["Retry-After"] = str(wait)
     return response
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """The address sign-in throttling counts failures by (`AXES_CLIENT_IP_CALLABLE`).
+
+    Without trusted proxies (`STRAND_TRUSTED_PROXIES`, 0) it is the connection's own
+    address, and `X-Forwarded-For` is ignored: any client can write that header. Behind N
+    proxies that each append the address they saw, the client is the N-th address from the
+    right; the addresses left of it were written by the client and are not believed.
+    """
+    proxies = int(getattr(settings, "STRAND_TRUSTED_PROXIES", 0) or 0)
+    remote = request.META.get("REMOTE_ADDR")
+    if proxies <= 0:
+        return remote
+    forwarded = [
+        part.strip()
+        for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")
+        if part.strip()
+    ]
+    if len(forwarded) < proxies:
+        return remote
+    return forwarded[-proxies]

@@ -383,3 +383,48 @@ def test_an_appended_event_cannot_set_turn_or_step(
     assert accepted.status_code == 201
     logged = body_of(as_alice.get(f"/sessions/{session.id}/events"))["events"]
     assert [(e["type"], e["turn"], e["step"]) for e in logged][-1] == ("user/message", None, None)
+
+
+@pytest.mark.django_db
+def test_a_forged_forwarded_address_does_not_escape_the_pause(alice: User, settings: Any) -> None:
+    # No trusted proxy: X-Forwarded-For is the client's own writing and changes nothing.
+    browser = Client()
+    for n in range(settings.AXES_FAILURE_LIMIT):
+        browser.post(
+            reverse("login"),
+            {"username": "alice", "password": "wrong"},
+            REMOTE_ADDR="10.0.0.9",
+            HTTP_X_FORWARDED_FOR=f"192.0.2.{n}",
+        )
+    answer = browser.post(
+        reverse("login"),
+        {"username": "alice", "password": "alice-pass-1234"},
+        REMOTE_ADDR="10.0.0.9",
+        HTTP_X_FORWARDED_FOR="192.0.2.200",
+    )
+    assert answer.status_code == 429
+
+
+@pytest.mark.django_db
+def test_behind_a_trusted_proxy_the_pause_holds_for_the_forwarded_address(
+    alice: User, settings: Any
+) -> None:
+    settings.STRAND_TRUSTED_PROXIES = 1
+    proxy = "10.0.0.1"  # every request arrives from the proxy
+
+    def attempt(password: str, client_seen_by_proxy: str, forged: str = "") -> Any:
+        chain = f"{forged}, {client_seen_by_proxy}" if forged else client_seen_by_proxy
+        return Client().post(
+            reverse("login"),
+            {"username": "alice", "password": password},
+            REMOTE_ADDR=proxy,
+            HTTP_X_FORWARDED_FOR=chain,
+        )
+
+    for n in range(settings.AXES_FAILURE_LIMIT):
+        # The attacker forges a different left-most address each time; the proxy appends
+        # the real one, which is what counts.
+        attempt("wrong", "198.51.100.7", forged=f"192.0.2.{n}")
+    assert attempt("alice-pass-1234", "198.51.100.7").status_code == 429
+    # Alice, from her own address through the same proxy, is not locked out.
+    assert attempt("alice-pass-1234", "203.0.113.5").status_code == 302
