@@ -30,7 +30,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
-from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, ChangeList
+from django.contrib.admin.views.main import ChangeList
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -456,7 +456,10 @@ class RequestAuditAdmin(admin.ModelAdmin):
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": f"Model request {row.session_id}#{row.seq}",
+            "title": (
+                f"{'Model request' if row.type == 'request/sent' else 'Request header'} "
+                f"{str(row.session_id)[:8]}#{row.seq}"
+            ),
             "row": row,
             "session": session,
             "context_url": context_url(
@@ -469,7 +472,9 @@ class RequestAuditAdmin(admin.ModelAdmin):
         if row.type == "request/sent":
             view, check = audit.request_audit(session, row.seq)
             context["check"] = check
-            context["manifest_json"] = _pretty(audit.event_data(session, row.seq))
+            manifest = audit.event_data(session, row.seq)
+            context["manifest"] = manifest
+            context["manifest_json"] = _pretty(manifest)
             if view is not None:
                 context["view"] = view
                 context["params_json"] = _pretty(view.params)
@@ -551,11 +556,19 @@ class RequestAuditAdmin(admin.ModelAdmin):
             "cl": cl,
             **WIDE,
             "title": "Model usage",
-            "overview": overview,
+            "summary": _usage_summary(overview.total),
             "tables": tables,
             "filter_query": _filter_query(cl),
         }
         return TemplateResponse(request, "admin/strand/usage.html", context)
+
+
+def _usage_summary(total: audit.UsageRow) -> str:
+    requests = f"{total.requests:,} request" + ("" if total.requests == 1 else "s")
+    return (
+        f"{requests}, {count(total.total_tokens)} tokens ({count(total.input_tokens)} in, "
+        f"{count(total.output_tokens)} out), cost {money(total.cost)}."
+    )
 
 
 def _facts(row: RequestAudit) -> audit.RowFacts:
@@ -564,8 +577,10 @@ def _facts(row: RequestAudit) -> audit.RowFacts:
 
 
 def _filter_query(cl: ChangeList) -> str:
-    """The list's filters and search as a query string ("" or "?…"), without its page."""
-    query = cl.get_query_string(remove=[PAGE_VAR, ORDER_VAR])
+    """The list's filters, search and order as a query string ("" or "?…"); the ChangeList
+    has already set its page aside. (Its `remove` would drop every parameter that starts
+    with the name given: "o" takes `owner__id__exact` with it.)"""
+    query = cl.get_query_string()
     return "" if query == "?" else query
 
 

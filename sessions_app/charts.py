@@ -56,7 +56,8 @@ class Chart:
 
 def nice_ceiling(value: float) -> float:
     """The smallest of 1, 2, 2.5, 5 or 10 times a power of ten that is at least `value`."""
-    if value <= 0:
+    if value <= 1e-12:
+        # Nothing to show (or too little to draw): an axis up to 1 leaves the bars flat.
         return 1.0
     power = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):

@@ -313,6 +313,7 @@ def request_audit(session: Session, seq: int) -> tuple[RequestView | None, Reque
 @dataclass
 class IntegrityReport:
     checked: int = 0
+    sessions: int = 0  # how many sessions the checked requests belong to
     matched: int = 0
     mismatched: int = 0
     unrebuildable: int = 0
@@ -337,6 +338,7 @@ def integrity_report(
             break
         if session is None or session.id != session_id:
             session = Session.objects.get(id=session_id)
+            report.sessions += 1
         outcome = request_check(session, seq)
         report.checked += 1
         if outcome.status == "match":

@@ -174,6 +174,9 @@ def test_admin_pages_carry_the_policy_and_nothing_inline(
         f"/admin/sessions_app/session/{turn_session.id}/change/",
         "/admin/sessions_app/event/",
         "/admin/sessions_app/requestaudit/",
+        "/admin/sessions_app/requestaudit/?changes=header",
+        f"/admin/sessions_app/requestaudit/?session={turn_session.id}",
+        "/admin/sessions_app/requestaudit/usage/",
         *(f"/admin/sessions_app/requestaudit/{row.pk}/change/" for row in audit),
         "/admin/auth/user/",
         f"/admin/auth/user/{admin_user.pk}/change/",
@@ -184,6 +187,13 @@ def test_admin_pages_carry_the_policy_and_nothing_inline(
         assert response.status_code == 200, url
         assert_strict_policy(response, url)
         assert refused(response.content.decode()) == [], url
+    checked = client.post(
+        "/admin/sessions_app/requestaudit/",
+        {"action": "check_integrity", "_selected_action": [str(row.pk) for row in audit]},
+    )
+    assert "Payload hashes checked" in checked.content.decode()
+    assert_strict_policy(checked, "the integrity action")
+    assert refused(checked.content.decode()) == []
     signed_out = Client().get("/admin/login/")
     assert_strict_policy(signed_out, "/admin/login/")
     assert refused(signed_out.content.decode()) == []
