@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from sessions_app import selectors
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
 
@@ -26,7 +27,7 @@ def session_by_id(value: str) -> Session:
         sid = uuid.UUID(value)
     except ValueError:
         raise CommandError(f"{value!r} is not a session id (a UUID)") from None
-    try:
-        return Session.objects.get(id=sid)
-    except Session.DoesNotExist:
-        raise CommandError(f"no session {sid}") from None
+    session = selectors.session_by_id(sid)
+    if session is None:
+        raise CommandError(f"no session {sid}")
+    return session

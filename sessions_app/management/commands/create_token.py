@@ -2,10 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 
-from sessions_app import tokens
+from sessions_app import services, tokens
 from sessions_app.management.base import StrandCommand
 
 
@@ -20,11 +19,7 @@ class Command(StrandCommand):
         parser.add_argument("--name", default="command line", help="what the token is for")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        users = get_user_model()
-        try:
-            user = users.objects.get(**{users.USERNAME_FIELD: options["username"]})
-        except users.DoesNotExist:
-            raise CommandError(f"no user named {options['username']!r}") from None
+        user = services.user_by_name(options["username"])
         if not user.is_active:
             raise CommandError(f"the account {options['username']!r} is disabled")
         _, plaintext = tokens.token_create(user, options["name"])

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from sessions_app import store
+from sessions_app import selectors
 from sessions_app.management.base import StrandCommand, session_by_id
 
 
@@ -24,7 +24,7 @@ class Command(StrandCommand):
             raise ValueError("--limit must not be negative")
         while remaining is None or remaining > 0:
             page = min(1000, remaining) if remaining is not None else 1000
-            records = store.events_after(session.id, after, page)
+            records = selectors.events_after(session.id, after, page)
             for record in records:
                 line = {
                     "seq": record.seq,
