@@ -2,7 +2,7 @@
 sign-in paused after repeated failures (django-axes).
 
 Both answer 429 with `Retry-After`. The API answers rate limits itself, as JSON (see
-`error_response` in `api.py`); these are the pages' answers:
+`error_response` in `api/base.py`); these are the pages' answers:
 
 - A page view counts its hit with `ratelimit.rate_hit` before doing any work and lets
   `RateLimited` propagate; `RateLimitedPages` turns it into a 429. An htmx request gets the

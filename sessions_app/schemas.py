@@ -3,7 +3,7 @@
 Views come from `projections/` as frozen dataclasses; `plain` turns them into JSON values
 (dataclasses → objects with their `kind`, tuples → arrays, datetimes → ISO 8601). Content
 inside them (messages, tool arguments, event data) is passed through as JSON data, never as
-markup: the API renders every string JSON-escaped (see `SafeJSONRenderer` in `api.py`).
+markup: the API renders every string JSON-escaped (see `SafeJSONRenderer` in `api/base.py`).
 
 Size limits on text fields live here, read from settings with defaults, so that a too-long
 value is refused with 422 before any service runs.

@@ -49,7 +49,7 @@ def test_the_store_errors_are_domain_errors_and_others_are_not_store_errors():
 
 
 def test_every_domain_error_code_has_an_api_status():
-    from sessions_app.api import _STATUS_BY_CODE
+    from sessions_app.api.base import _STATUS_BY_CODE
 
     codes = {e.code for e in _project_errors()} | {DomainError.code}  # type: ignore[attr-defined]
     assert {c for c in codes if c not in _STATUS_BY_CODE} == set()

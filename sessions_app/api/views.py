@@ -1,0 +1,106 @@
+"""The views of a session: its model context, the chat and the trace windows, one model
+request rebuilt exactly."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router
+
+from projections.context import UNSET, to_provider_messages
+from projections.request import RequestNotFound
+from projections.trace import project_trace
+from sessions_app import access, selectors
+from sessions_app.api.base import ERRORS, auth_user, check_entry, leaf_or_current
+from sessions_app.cursors import cursor_decode, cursor_encode
+from sessions_app.schemas import (
+    ChatIn,
+    ChatOut,
+    ContextIn,
+    ContextOut,
+    ErrorOut,
+    RequestOut,
+    TraceIn,
+    TraceOut,
+    plain,
+)
+
+router = Router(tags=["sessions"])
+
+
+@router.get("/sessions/{session_id}/context", response={200: ContextOut, ERRORS: ErrorOut})
+def context_get(request: HttpRequest, session_id: uuid.UUID, query: Query[ContextIn]) -> Any:
+    """The model context of a leaf: Pi's `buildSessionContext` (`pi`), or the messages a
+    provider is sent after Pi's conversion (`provider`)."""
+    session = access.session_for(auth_user(request), session_id)
+    leaf = query.leaf
+    if leaf is not None:
+        check_entry(session, leaf)
+    context = selectors.session_context(session, leaf if leaf is not None else UNSET)
+    pi = query.format == "pi"
+    messages = context.messages if pi else to_provider_messages(context.messages)
+    return {
+        "format": query.format,
+        "leaf_id": leaf if leaf is not None else session.leaf_entry_id,
+        "messages": plain(messages),
+        "thinking_level": context.thinking_level,
+        "model": context.model,
+    }
+
+
+@router.get("/sessions/{session_id}/views/chat", response={200: ChatOut, ERRORS: ErrorOut})
+def chat_view(request: HttpRequest, session_id: uuid.UUID, query: Query[ChatIn]) -> Any:
+    """The chat of the path to `leaf` (default: the current leaf) as the session page shows
+    it: its last `limit` entries; `older_cursor` gives the window above."""
+    session = access.session_for(auth_user(request), session_id)
+    if query.cursor:
+        _, at = cursor_decode(query.cursor, "path")
+        leaf, end = at["leaf"], at["end"]
+    else:
+        leaf = leaf_or_current(session, query.leaf)
+        end = None
+    window = selectors.chat_window(session, leaf, end=end, limit=query.limit)
+    older = window.older_end
+    return {
+        **plain(window.chat),
+        "path_length": window.path_length,
+        "entries_above": window.above,
+        "older_cursor": cursor_encode("path", leaf=leaf, end=older) if older else None,
+    }
+
+
+@router.get("/sessions/{session_id}/views/trace", response={200: TraceOut, ERRORS: ErrorOut})
+def trace_view(request: HttpRequest, session_id: uuid.UUID, query: Query[TraceIn]) -> Any:
+    """Turns → steps → model requests → tool calls, as the session page shows them: the
+    latest `turns` turns of the branch to `leaf` (every turn with `scope=all`), or those
+    before `before_turn`."""
+    session = access.session_for(auth_user(request), session_id)
+    window = selectors.trace_window(
+        session,
+        leaf_or_current(session, query.leaf),
+        everywhere=query.scope == "all",
+        before=query.before_turn,
+        turns=query.turns,
+    )
+    trace = window.trace if window.trace is not None else project_trace(())
+    return {
+        **plain(trace),
+        "turns": list(window.turns),
+        "older_turn": window.older,
+        "turn_count": window.turn_count,
+        "turns_complete": window.complete,
+    }
+
+
+@router.get(
+    "/sessions/{session_id}/views/requests/{seq}", response={200: RequestOut, ERRORS: ErrorOut}
+)
+def request_get(request: HttpRequest, session_id: uuid.UUID, seq: int) -> Any:
+    """The exact context of one model request (the seq of its `request/sent`), rebuilt
+    from the stored facts; `matches` says whether its hash equals the recorded one."""
+    session = access.session_for(auth_user(request), session_id)
+    if seq < 0 or seq > session.last_seq:
+        raise RequestNotFound(f"no model request at seq {seq}")
+    return plain(selectors.request_view(session, seq))
