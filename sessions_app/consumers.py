@@ -80,6 +80,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             self.session_id = session_id
             self.cursor = after_seq_of(self.scope.get("query_string", b""))
             await self.accept()
+        live_admission.accepted(self.scope)
         # Listen first, then read: a commit lands either in the read or in a notification.
         await self.channel_layer.group_add(group_name(session_id), self.channel_name)
         await live.subscribe(session_id, self.channel_name, self.deliver)
