@@ -17,6 +17,7 @@ shows for production (there with TLS on the front and the servers on their own h
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import shutil
 import socket
@@ -149,7 +150,9 @@ def server_connections(admin_socket: str, index: int) -> int:
 def wait_status(admin_socket: str, index: int, wanted: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if server_status(admin_socket, index).startswith(wanted):
-            return
+        # The runtime API's socket may appear a moment after HAProxy listens on its front.
+        with contextlib.suppress(OSError):
+            if server_status(admin_socket, index).startswith(wanted):
+                return
         time.sleep(0.1)
     raise RuntimeError(f"{server_name(index)} not {wanted} after {timeout:.0f} s")
