@@ -22,6 +22,7 @@ from sessions_app.models import Session, SessionDeletion
 from sessions_app.presets import DEFAULT_PRESET as DEFAULT_PRESET  # re-exported
 from sessions_app.presets import OFFLINE, PresetNotFound, preset_name_of, preset_resolve
 from sessions_app.store import NewEvent
+from sessions_app.turn_lock import turn_lock_key
 
 log = logging.getLogger("strand.sessions")
 
@@ -150,8 +151,6 @@ LOCK_WAIT_S = 3.0
 @contextlib.contextmanager
 def _turn_lock(session_id: uuid.UUID) -> Iterator[None]:
     """Hold the session's turn lock (the runtime's advisory lock, on this connection)."""
-    from sessions_app.agent import turn_lock_key
-
     key = turn_lock_key(session_id)
     deadline = time.monotonic() + LOCK_WAIT_S
     with connection.cursor() as cur:

@@ -54,7 +54,6 @@ from runtime import (
     TurnEnded,
     TurnRunning,
 )
-from sessions_app.agent.lock import turn_lock_key
 from sessions_app.agent.services import (
     aagent_cancel,
     aagent_compact,
@@ -82,6 +81,7 @@ from sessions_app.agent.services import (
     agent_wait,
     running_sessions,
 )
+from sessions_app.turn_lock import turn_lock_key
 
 __all__ = [
     "AgentError",

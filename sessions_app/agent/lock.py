@@ -1,30 +1,23 @@
 """The turn lock: a Postgres session-level advisory lock per session.
 
-Its key is derived from the session's UUID (`turn_lock_key`). The process that runs a turn
-takes it with `pg_try_advisory_lock` on a connection of its own and holds it for the turn's
-whole life, so that it dies with the process. A second sender, here or in another process,
+Its key is derived from the session's UUID (`sessions_app.turn_lock`). The process that
+runs a turn takes it with `pg_try_advisory_lock` on a connection of its own and holds it
+for the turn's whole life, so that it dies with the process. A second sender, here or in another process,
 that cannot take it is refused (or, for steer/follow-up, queues its input). Whether anyone
 holds it is a read (`selectors.turns.turn_lock_held`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.db import connections
 
+from sessions_app.turn_lock import turn_lock_key
+
 if TYPE_CHECKING:
     from sessions_app.agent.engine import Engine
-
-
-def turn_lock_key(session_id: uuid.UUID | str) -> int:
-    """The advisory lock key of a session: 64 bits of a hash of its UUID, signed."""
-    digest = hashlib.blake2b(b"strand-turn:" + uuid.UUID(str(session_id)).bytes, digest_size=8)
-    return int(struct.unpack(">q", digest.digest())[0])
 
 
 def conninfo() -> dict[str, Any]:

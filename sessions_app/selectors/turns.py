@@ -27,6 +27,7 @@ from sessions_app.selectors.events import (
     latest_event,
     records,
 )
+from sessions_app.turn_lock import turn_lock_key
 
 # Entries at the end of a path searched first for its latest turns (a long path is then
 # not walked to its root for the trace's latest page).
@@ -38,10 +39,6 @@ TURN_SCAN_ENTRIES = 2000
 
 def turn_lock_held(session_id: SessionId) -> bool:
     """Whether a live process holds the session's turn lock (a read: takes nothing)."""
-    # The key is the turn lock's own; imported here, since the module that takes the lock
-    # also reads through these selectors.
-    from sessions_app.agent import turn_lock_key
-
     unsigned = turn_lock_key(str(session_id)) & 0xFFFFFFFFFFFFFFFF
     with connection.cursor() as cur:
         cur.execute(
