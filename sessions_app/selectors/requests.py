@@ -25,6 +25,7 @@ from projections.tokens import estimate_tokens
 from sessions_app import store
 from sessions_app.models import Event, Session
 from sessions_app.selectors.context import session_context
+from sessions_app.selectors.events import event_at
 
 
 def request_view(session: Session, seq: int) -> RequestView:
@@ -62,6 +63,8 @@ def request_context(session: Session, sent: EventRecord) -> SessionContext:
 # --- the context view: the requests of a branch, one of them rebuilt ---------------------------
 
 CONTEXT_MESSAGES = 200  # messages of a context drawn (the latest); all on request
+REQUEST_LIST = 200  # requests listed to choose from (the latest)
+REQUEST_SCAN_ENTRIES = 2000  # entries at the end of a path searched for its requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,20 +76,47 @@ class RequestRef:
     leaf_entry_id: str | None
 
 
-def requests_of(session: Session, leaf: str | None, *, everywhere: bool) -> list[RequestRef]:
-    """The session's model requests, oldest first: those built for an entry of the path to
-    `leaf` (the branch shown), or all of them."""
+@dataclass(frozen=True, slots=True)
+class RequestList:
+    """The latest model requests of a branch (or of the session), oldest first."""
+
+    refs: list[RequestRef]
+    complete: bool  # all of them (else older ones, or ones further up the path, exist)
+
+
+def requests_of(session: Session, leaf: str | None, *, everywhere: bool) -> RequestList:
+    """The latest REQUEST_LIST model requests of the session, or of the branch to `leaf`:
+    those built for one of the last REQUEST_SCAN_ENTRIES entries of its path (a long path
+    is not walked to its root)."""
     sql = (
         "SELECT ev.seq, ev.turn, ev.step, ev.time, ev.data->>'leaf_entry_id' "
         "FROM sessions_app_event ev WHERE ev.session_id = %(s)s AND ev.type = 'request/sent'"
     )
+    min_depth = 0
     if not everywhere:
         if leaf is None:
-            return []
+            return RequestList([], True)
+        depth = store.depth_of(session.id, leaf) or 0
+        min_depth = max(0, depth + 1 - REQUEST_SCAN_ENTRIES)
         sql = f"{store.PATH_CTE} {sql} AND ev.data->>'leaf_entry_id' IN (SELECT entry_id FROM path)"
+    params = {"s": str(session.id), "leaf": leaf, "min_depth": min_depth, "n": REQUEST_LIST + 1}
     with connection.cursor() as cur:
-        cur.execute(sql + " ORDER BY ev.seq", {"s": str(session.id), "leaf": leaf, "min_depth": 0})
-        return [RequestRef(*row) for row in cur.fetchall()]
+        cur.execute(sql + " ORDER BY ev.seq DESC LIMIT %(n)s", params)
+        found = [RequestRef(*row) for row in cur.fetchall()]
+    found.reverse()
+    complete = len(found) <= REQUEST_LIST and min_depth == 0
+    return RequestList(found[-REQUEST_LIST:], complete)
+
+
+def request_ref(session: Session, seq: int) -> RequestRef | None:
+    """The model request recorded at `seq`, if that is one."""
+    event = event_at(session.id, seq) if seq >= 0 else None
+    if event is None or event.type != "request/sent":
+        return None
+    leaf = event.data.get("leaf_entry_id")
+    return RequestRef(
+        event.seq, event.turn, event.step, event.time, leaf if isinstance(leaf, str) else None
+    )
 
 
 def request_count(session: Session) -> int:
@@ -137,6 +167,7 @@ class ContextWindow:
     requests: list[RequestRef]
     request_count: int
     chosen: RequestRef | None
+    requests_complete: bool = True
     request_view: RequestView | None = None
     request_error: str | None = None
     previous: RequestRef | None = None
@@ -160,12 +191,12 @@ def context_window(
     """The context view of the branch to `leaf` (every request of the session with
     `everywhere`), showing the request at seq `request` (default: the branch's latest);
     `everything`: all of its messages, not only the latest."""
-    requests = requests_of(session, leaf, everywhere=everywhere)
+    listed = requests_of(session, leaf, everywhere=everywhere)
+    requests, complete = listed.refs, listed.complete
     chosen: RequestRef | None = None
     if request is not None:
-        chosen = next((r for r in requests if r.seq == request), None) or next(
-            (r for r in requests_of(session, leaf, everywhere=True) if r.seq == request),
-            None,
+        chosen = next((r for r in requests if r.seq == request), None) or request_ref(
+            session, request
         )
     elif requests:
         chosen = requests[-1]
@@ -177,6 +208,7 @@ def context_window(
             requests,
             count,
             None,
+            complete,
             next_context=upcoming,
             context_messages=shown,
             context_hidden=hidden,
@@ -184,7 +216,7 @@ def context_window(
     try:
         view = request_view(session, chosen.seq)
     except RequestNotFound as exc:
-        return ContextWindow(requests, count, chosen, request_error=str(exc))
+        return ContextWindow(requests, count, chosen, complete, request_error=str(exc))
     shown, hidden = _shown(view.messages, everything)
     earlier = [r for r in requests if r.seq < chosen.seq]
     previous = earlier[-1] if earlier else None
@@ -198,6 +230,7 @@ def context_window(
         requests,
         count,
         chosen,
+        complete,
         request_view=view,
         request_error=error,
         previous=previous,

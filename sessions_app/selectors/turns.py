@@ -135,11 +135,15 @@ def turns_of_entries(session: Session, path: Sequence[EntryRecord]) -> list[int]
     """The turns that added entries of `path`."""
     if not path:
         return []
+    # One key lookup per entry: the LATERAL LIMIT keeps the planner from scanning the
+    # session's events by another index (it has no statistics on session_id to cost them).
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT DISTINCT turn FROM sessions_app_event "
-            "WHERE session_id = %s AND seq = ANY(%s) AND turn IS NOT NULL",
-            [str(session.id), [e.seq for e in path]],
+            "SELECT DISTINCT ev.turn FROM unnest(%s::bigint[]) AS p(seq) CROSS JOIN LATERAL ("
+            "  SELECT e.turn FROM sessions_app_event e"
+            "  WHERE e.session_id = %s AND e.seq = p.seq LIMIT 1"
+            ") ev WHERE ev.turn IS NOT NULL",
+            [[e.seq for e in path], str(session.id)],
         )
         return sorted(int(row[0]) for row in cur.fetchall())
 

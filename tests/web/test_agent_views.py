@@ -76,6 +76,25 @@ def test_a_sent_message_runs_a_turn_that_every_view_shows(session: Session) -> N
     assert "This is the first request on this branch" in earlier
 
 
+def test_the_context_view_lists_the_latest_requests_and_still_shows_an_older_one(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions_app.selectors import requests
+
+    monkeypatch.setattr(requests, "REQUEST_LIST", 1)
+    client = client_for(session.owner)
+    send(client, session, "list files and read README.md")
+    agent_wait(session.id, timeout=20)
+    sent = list(Event.objects.filter(session=session, type="request/sent").order_by("seq"))
+    assert len(sent) == 2
+    latest = client.get(page(session, "?view=context")).content.decode()
+    assert "the latest 1 request on this branch" in latest
+    assert latest.count("<option ") == 1 and f'value="{sent[-1].seq}" selected' in latest
+    older = client.get(page(session, f"?view=context&request={sent[0].seq}")).content.decode()
+    assert f'<option value="{sent[0].seq}" selected>#{sent[0].seq}</option>' in older
+    assert 'id="hash-badge" class="badge ok" data-matches="true"' in older
+
+
 def test_a_selected_span_shows_its_inputs_and_outputs(session: Session) -> None:
     client = client_for(session.owner)
     send(client, session, "read README.md")
