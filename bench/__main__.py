@@ -11,7 +11,7 @@ from bench.common import ROOT, Report, Row, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, langgraph, live, pages, pi, tools, trees
+    from bench import append, audit, langgraph, live, pages, pi, tools, trees
 
     suites = {
         "append": append.run,
@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
         "live": live.run,
         "tools": tools.run,
         "trees": trees.run,
+        "audit": audit.run,
     }
     chosen = argv or list(suites)
     report = Report()

@@ -10,6 +10,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import F
 
 
 class Session(models.Model):
@@ -86,6 +87,15 @@ class Event(models.Model):
                 fields=["session", "seq"],
                 name="event_session_request",
                 condition=models.Q(type="request/sent"),
+            ),
+            # The request audit, newest first (its list's order): a page of it is read from
+            # here, not sorted out of every request.
+            models.Index(
+                F("time").desc(),
+                "session",
+                F("seq").desc(),
+                name="event_request_audit_order",
+                condition=models.Q(type__in=["request/header", "request/sent"]),
             ),
         ]
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import BooleanField, Exists, OuterRef, QuerySet
 from django.db.models.expressions import RawSQL
 
@@ -41,37 +41,43 @@ from sessions_app.selectors.requests import request_view
 
 Integrity = Literal["match", "mismatch", "unrebuildable"]
 
-# The reply to the request at p.session_id, p.seq (see the module's docstring), as the
-# columns `reply_type` and `usage` (the reply message's `usage` object).
-_REPLY = """
-LEFT JOIN LATERAL (
-    SELECT n.type AS reply_type, n.data -> 'entry' -> 'message' -> 'usage' AS usage
-    FROM sessions_app_event n
-    WHERE p.type = 'request/sent' AND n.session_id = p.session_id AND n.seq > p.seq
-      AND n.type IN ('assistant/message', 'request/sent', 'request/header', 'step/end',
-                     'turn/end')
-    ORDER BY n.seq
-    LIMIT 1
-) reply ON reply.reply_type = 'assistant/message'
-"""
-
 
 def _number(json_expr: str) -> str:
     """SQL for a JSON value as numeric, NULL when it is not a number."""
-    return f"CASE WHEN jsonb_typeof({json_expr}) = 'number' THEN ({json_expr})::text::numeric END"
+    return f"CASE WHEN jsonb_typeof({json_expr}) = 'number' THEN ({json_expr})::numeric END"
 
 
-_INPUT = _number("reply.usage -> 'input'")
-_OUTPUT = _number("reply.usage -> 'output'")
-_CACHE_READ = _number("reply.usage -> 'cacheRead'")
-_CACHE_WRITE = _number("reply.usage -> 'cacheWrite'")
-# Pi's totalTokens when given; else the sum of the parts it counts.
-_GIVEN_TOTAL = _number("reply.usage -> 'totalTokens'")
-_TOTAL = (
-    f"CASE WHEN reply.reply_type IS NOT NULL THEN COALESCE({_GIVEN_TOTAL}, COALESCE({_INPUT}, 0)"
-    f" + COALESCE({_OUTPUT}, 0) + COALESCE({_CACHE_READ}, 0) + COALESCE({_CACHE_WRITE}, 0)) END"
-)
-_COST = _number("reply.usage -> 'cost' -> 'total'")
+# The reply to the request at p.session_id, p.seq (see the module's docstring) as numbers,
+# each read once from the reply's `usage` object: `reply.input_tokens`, `output_tokens`,
+# `total_tokens` (Pi's totalTokens, else the sum of the parts it counts) and `cost`; all
+# NULL when the request has no reply. The reply is the first of the following events of
+# those types, found along the session's (session, seq) key.
+_REPLY = f"""
+LEFT JOIN LATERAL (
+    SELECT {_number("u.usage -> 'input'")} AS input_tokens,
+           {_number("u.usage -> 'output'")} AS output_tokens,
+           COALESCE({_number("u.usage -> 'totalTokens'")},
+                    COALESCE({_number("u.usage -> 'input'")}, 0)
+                    + COALESCE({_number("u.usage -> 'output'")}, 0)
+                    + COALESCE({_number("u.usage -> 'cacheRead'")}, 0)
+                    + COALESCE({_number("u.usage -> 'cacheWrite'")}, 0)) AS total_tokens,
+           {_number("u.usage -> 'cost' -> 'total'")} AS cost
+    FROM (
+        SELECT n.type, n.data #> '{{entry,message,usage}}' AS usage
+        FROM sessions_app_event n
+        WHERE p.type = 'request/sent' AND n.session_id = p.session_id AND n.seq > p.seq
+          AND n.type IN ('assistant/message', 'request/sent', 'request/header', 'step/end',
+                         'turn/end')
+        ORDER BY n.seq
+        LIMIT 1
+    ) u
+    WHERE u.type = 'assistant/message'
+) reply ON true
+"""
+_INPUT = "reply.input_tokens"
+_OUTPUT = "reply.output_tokens"
+_TOTAL = "reply.total_tokens"
+_COST = "reply.cost"
 
 
 # --- the list ----------------------------------------------------------------------------
@@ -421,7 +427,9 @@ def usage_overview(rows: QuerySet[RequestAudit]) -> UsageOverview:
             "id", "session_id", "seq", "type", "time", "owner_id", "provider", "model"
         )
     )
-    with connection.cursor() as cur:
+    with transaction.atomic(), connection.cursor() as cur:
+        # Compiling this one aggregate (JIT) took longer than it saves.
+        cur.execute("SET LOCAL jit = off")
         cur.execute(
             f"""
             SELECT GROUPING(p.day), GROUPING(u.username), GROUPING(p.provider, p.model),
