@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from projections.chat import Usage, content_text, tool_calls_of
-from projections.context import build_session_context, entry_message
+from projections.context import SessionContext, build_session_context, entry_message
 from projections.records import EntryRecord, EventRecord
 from projections.tokens import estimate_tokens
 from projections.trace import TraceSpan, project_trace
@@ -127,9 +127,14 @@ def compare_branches(
     events_b: Sequence[EventRecord] = (),
     offset: int = 0,
     limit: int = DEFAULT_COMPARE_ROWS,
+    contexts: tuple[SessionContext, SessionContext] | None = None,
 ) -> BranchComparison:
     """The comparison of the two paths (root first, leaf last). `events_a` and `events_b` are
-    every event of the turns that wrote each branch below the common ancestor."""
+    every event of the turns that wrote each branch below the common ancestor.
+
+    Both paths may instead start at the same depth at or above the common ancestor (a store
+    reads only the branches then); `contexts` are then the two leaves' contexts, built from
+    their kept windows, since the paths alone no longer reach the root."""
     depth = common_ancestor_depth(path_a, path_b)
     branch_a, branch_b = path_a[depth + 1 :], path_b[depth + 1 :]
     total = max(len(branch_a), len(branch_b))
@@ -153,7 +158,7 @@ def compare_branches(
         more=end if end < total else None,
         totals_a=branch_totals(branch_a, events_a),
         totals_b=branch_totals(branch_b, events_b),
-        context=context_diff(path_a, path_b, limit=limit),
+        context=context_diff(*(contexts or (_context(path_a), _context(path_b))), limit=limit),
     )
 
 
@@ -249,15 +254,11 @@ def _walk(span: TraceSpan) -> list[TraceSpan]:
 
 
 def context_diff(
-    path_a: Sequence[EntryRecord],
-    path_b: Sequence[EntryRecord],
-    *,
-    limit: int = DEFAULT_COMPARE_ROWS,
+    context_a: SessionContext, context_b: SessionContext, *, limit: int = DEFAULT_COMPARE_ROWS
 ) -> ContextDiff:
-    """What the model would receive next on leaf B compared with leaf A: each path is the
-    whole root→leaf path (or its kept window), so the context is Pi's for that leaf."""
-    messages_a = _context(path_a)
-    messages_b = _context(path_b)
+    """What the model would receive next on leaf B compared with leaf A."""
+    messages_a = context_a.messages
+    messages_b = context_b.messages
     keys_a = [_key(m) for m in messages_a]
     keys_b = [_key(m) for m in messages_b]
     shared = 0
@@ -295,10 +296,9 @@ def context_diff(
     )
 
 
-def _context(path: Sequence[EntryRecord]) -> tuple[dict[str, Any], ...]:
-    if not path:
-        return ()
-    return build_session_context(path, path[-1].id).messages
+def _context(path: Sequence[EntryRecord]) -> SessionContext:
+    # Pi's context of the path's leaf, from the whole root→leaf path.
+    return build_session_context(path, path[-1].id if path else None)
 
 
 def _key(message: Mapping[str, Any]) -> str:

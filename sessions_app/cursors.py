@@ -28,6 +28,8 @@ KINDS: dict[str, dict[str, str]] = {
     "above": {"as_of": "int", "leaf": "id?", "end": "id", "below": "id"},
     # A partial tree: the entries below `parent`.
     "below": {"as_of": "int", "leaf": "id?", "parent": "id"},
+    # Two branches compared, the rows from `offset` after their divergence on.
+    "compare": {"a": "id", "b": "id", "offset": "int"},
 }
 
 

@@ -23,6 +23,7 @@ from ninja import Field, Schema
 from ninja.schema import DjangoGetter
 from pydantic import model_validator
 
+from projections.compare import DEFAULT_COMPARE_ROWS as COMPARE_ROWS
 from projections.trace import DEFAULT_PAGE_TURNS
 from sessions_app.presets import preset_name_of
 from sessions_app.selectors.pages import CHAT_ENTRIES
@@ -429,6 +430,34 @@ class ChatOut(Schema):
         ...,
         description="user, assistant, tool_result, bash, custom_message, compaction, "
         "branch_summary, model_change and note items, told apart by `kind`",
+    )
+
+
+class CompareIn(Schema):
+    a: str = Field(..., min_length=1, max_length=ENTRY_ID_MAX, description="One branch's leaf")
+    b: str = Field(..., min_length=1, max_length=ENTRY_ID_MAX, description="The other's leaf")
+    limit: int = Field(
+        COMPARE_ROWS, ge=1, le=PATH_PAGE_MAX, description="Rows after the divergence to show"
+    )
+    cursor: str | None = Field(None, max_length=CURSOR_MAX, description="more_cursor of a page")
+
+
+class CompareOut(Schema):
+    a: str
+    b: str
+    ancestor: dict[str, Any] | None = Field(
+        ..., description="The last entry both paths share, or null when they share no root"
+    )
+    offset: int = Field(..., description="The first row's index, 0 right after the ancestor")
+    total_rows: int = Field(..., description="Entries on the longer branch below the ancestor")
+    rows: list[dict[str, Any]] = Field(
+        ..., description="Row i holds the i-th entry after the ancestor on each side, or null"
+    )
+    more_cursor: str | None = Field(..., description="The next rows, or null at the end")
+    totals_a: dict[str, Any]
+    totals_b: dict[str, Any]
+    context: dict[str, Any] = Field(
+        ..., description="The contexts each leaf would send next: sizes, token delta, changes"
     )
 
 

@@ -15,9 +15,12 @@ from projections.trace import project_trace
 from sessions_app import access, selectors
 from sessions_app.api.base import ERRORS, auth_user, check_entry, leaf_or_current
 from sessions_app.cursors import cursor_decode, cursor_encode
+from sessions_app.errors import DomainError
 from sessions_app.schemas import (
     ChatIn,
     ChatOut,
+    CompareIn,
+    CompareOut,
     ContextIn,
     ContextOut,
     ErrorOut,
@@ -68,6 +71,45 @@ def chat_view(request: HttpRequest, session_id: uuid.UUID, query: Query[ChatIn])
         "path_length": window.path_length,
         "entries_above": window.above,
         "older_cursor": cursor_encode("path", leaf=leaf, end=older) if older else None,
+    }
+
+
+class UnknownEntry(DomainError):
+    """An entry to compare that the session does not hold: the thing asked for is absent."""
+
+    code = "not_found"
+
+
+@router.get("/sessions/{session_id}/compare", response={200: CompareOut, ERRORS: ErrorOut})
+def compare_get(request: HttpRequest, session_id: uuid.UUID, query: Query[CompareIn]) -> Any:
+    """Two branches side by side: the entries to `a` and to `b` below their common ancestor
+    (`limit` rows at a time; `more_cursor` gives the next), each branch's totals, and the
+    difference between the contexts each leaf would send next."""
+    session = access.session_for(auth_user(request), session_id)
+    offset = 0
+    if query.cursor:
+        _, at = cursor_decode(query.cursor, "compare")
+        if (at["a"], at["b"]) != (query.a, query.b):
+            raise DomainError("the cursor belongs to another comparison")
+        offset = max(0, at["offset"])
+    for entry_id in (query.a, query.b):
+        if not selectors.entry_exists(session, entry_id):
+            raise UnknownEntry(f"{entry_id!r} is not an entry of this session")
+    view = selectors.branch_comparison(session, query.a, query.b, offset=offset, limit=query.limit)
+    more = view.more
+    return {
+        "a": query.a,
+        "b": query.b,
+        "ancestor": plain(view.ancestor),
+        "offset": view.offset,
+        "total_rows": view.total_rows,
+        "rows": plain(view.rows),
+        "more_cursor": cursor_encode("compare", a=query.a, b=query.b, offset=more)
+        if more is not None
+        else None,
+        "totals_a": plain(view.totals_a),
+        "totals_b": plain(view.totals_b),
+        "context": {**plain(view.context), "token_delta": view.context.token_delta},
     }
 
 

@@ -9,6 +9,7 @@ Modules by what they read:
 - `tree`: the branch tree, a window of rows at a time (rows around the leaf, the path
   above, a subtree);
 - `context`: the model context of a leaf, read from its kept window;
+- `compare`: two branches side by side, read from their common ancestor down;
 - `requests`: a model request rebuilt exactly, the context view of a branch;
 - `turns`: turn numbers, and the state of the latest turn (`projections.turns` folds it);
 - `events`, `entries`: pages of the log, the whole log as a stream for exports.
@@ -19,6 +20,7 @@ re-exported here: `selectors.chat_window(...)`.
 
 from __future__ import annotations
 
+from sessions_app.selectors.compare import ancestor_depth, branch_comparison
 from sessions_app.selectors.context import session_context
 from sessions_app.selectors.entries import (
     EntryPage,
@@ -99,6 +101,8 @@ __all__ = [
     "SessionRow",
     "TraceWindow",
     "TreeWindow",
+    "ancestor_depth",
+    "branch_comparison",
     "chat_window",
     "context_window",
     "entry_exists",

@@ -73,6 +73,7 @@ SESSION_ENDPOINTS = [
     Endpoint("GET", "/sessions/{sid}/context?format=provider&leaf={entry}"),
     Endpoint("GET", "/sessions/{sid}/views/chat"),
     Endpoint("GET", "/sessions/{sid}/views/trace"),
+    Endpoint("GET", "/sessions/{sid}/compare?a={entry}&b={entry}"),
     Endpoint("GET", "/sessions/{sid}/views/requests/{seq}"),
     Endpoint("GET", "/sessions/{sid}/approvals"),
     Endpoint("GET", "/sessions/{sid}/export"),
