@@ -57,16 +57,18 @@ def plain(value: Any) -> Any:
     added; read-only properties that views expose for convenience are not included, except
     the few named in `_PROPERTIES`.
     """
+    kind = type(value)
+    # The common cases first, by exact type: a trace window is tens of thousands of values.
+    if kind in _AS_IS:
+        return value
+    if kind is list or kind is tuple:
+        return [plain(v) for v in value]
+    if kind is dict:
+        return {str(k): plain(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
-        kind = getattr(type(value), "kind", None)
-        if isinstance(kind, str):
-            out["kind"] = kind
-        for f in dataclasses.fields(value):
-            if f.name.startswith("_"):
-                continue
-            out[f.name] = plain(getattr(value, f.name))
-        for name in _PROPERTIES.get(type(value).__name__, ()):
+        discriminator, names = _shape(kind)
+        out: dict[str, Any] = {} if discriminator is None else {"kind": discriminator}
+        for name in names:
             out[name] = plain(getattr(value, name))
         return out
     if isinstance(value, Mapping):
@@ -82,6 +84,24 @@ def plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return plain(value.value)
     return value
+
+
+_AS_IS = frozenset({str, int, float, bool, type(None)})
+
+
+_SHAPES: dict[type, tuple[str | None, tuple[str, ...]]] = {}
+
+
+def _shape(cls: type) -> tuple[str | None, tuple[str, ...]]:
+    """A dataclass's `kind` and the names `plain` writes: its public fields, then the
+    properties named in `_PROPERTIES`."""
+    found = _SHAPES.get(cls)
+    if found is None:
+        kind = getattr(cls, "kind", None)
+        names = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+        names += _PROPERTIES.get(cls.__name__, ())
+        found = _SHAPES[cls] = (kind if isinstance(kind, str) else None), tuple(names)
+    return found
 
 
 _PROPERTIES: dict[str, tuple[str, ...]] = {

@@ -23,6 +23,7 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponseBadRequest,
     HttpResponseBase,
     HttpResponseRedirect,
     StreamingHttpResponse,
@@ -52,6 +53,7 @@ from sessions_app.forms import (
 )
 from sessions_app.models import Session
 from sessions_app.page_query import VIEWS, PageQuery
+from sessions_app.streaming import streamed
 
 log = logging.getLogger("strand.views")
 
@@ -334,6 +336,31 @@ EXPORT_CONTENT_SECURITY_POLICY = (
 )
 
 
+COMPARE_PAGE_ROWS = 50  # rows of a comparison on one page; "show more" reads the next
+
+
+@login_required
+@require_GET
+def session_compare(request: HttpRequest, session_id: Any) -> HttpResponse:
+    """Two branches side by side from their divergence: `a` (default: the current leaf) and
+    `b`, `COMPARE_PAGE_ROWS` rows from `offset` on."""
+    session = _session_or_404(request, session_id)
+    a = request.GET.get("a") or session.leaf_entry_id
+    b = request.GET.get("b")
+    if not a or not b:
+        return HttpResponseBadRequest("Name the two entries to compare: ?a=…&b=…")
+    for entry_id in (a, b):
+        if len(entry_id) > ENTRY_KEY_MAX or not selectors.entry_exists(session, entry_id):
+            raise Http404("no such entry in this session")
+    try:
+        offset = max(0, int(request.GET.get("offset") or 0))
+    except ValueError:
+        return HttpResponseBadRequest("offset must be a number")
+    view = selectors.branch_comparison(session, a, b, offset=offset, limit=COMPARE_PAGE_ROWS)
+    context = {"session": session, "a": a, "b": b, "cmp": view}
+    return render(request, "sessions/compare.html", context)
+
+
 @login_required
 @require_GET
 def session_export_html(request: HttpRequest, session_id: Any) -> StreamingHttpResponse:
@@ -349,10 +376,9 @@ def session_export_html(request: HttpRequest, session_id: Any) -> StreamingHttpR
 @require_GET
 def session_export_jsonl(request: HttpRequest, session_id: Any) -> StreamingHttpResponse:
     session = _session_or_404(request, session_id)
-    lines = (
-        line if line.endswith("\n") else line + "\n" for line in pi_io.pi_export_lines(session)
-    )
-    response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
+    exported = pi_io.pi_export_lines(session, selectors.entry_stream(session))
+    lines = (line if line.endswith("\n") else line + "\n" for line in exported)
+    response = StreamingHttpResponse(streamed(lines, request), content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="{_filename(session)}.jsonl"'
     return response
 

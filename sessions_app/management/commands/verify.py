@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from sessions_app import selectors
 from sessions_app.management.base import StrandCommand, session_by_id
-from sessions_app.models import Session
 from sessions_app.selectors import audit
 from sessions_app.verify import verify_session
 
@@ -39,7 +39,7 @@ class Command(StrandCommand):
         elif options["requests"]:
             sessions = []
         else:
-            sessions = list(Session.objects.order_by("created_at"))
+            sessions = selectors.sessions_by_age()
         if options["requests"]:
             self._requests([s.id for s in sessions] or None, max(options["show"], 0))
             return
