@@ -30,7 +30,7 @@ class SocketAuthMiddleware(AuthMiddleware):
     thread-sensitive thread."""
 
     async def resolve_scope(self, scope: Any) -> None:
-        scope["user"]._wrapped = await live_db.run(get_user.func, scope)
+        scope["user"]._wrapped = await live_db.run(get_user.func, scope, priority=live_db.NEW)
 
 
 class SocketSessionMiddleware:

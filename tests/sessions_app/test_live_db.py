@@ -4,6 +4,7 @@ Postgres connection per read), and let them go when asked."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from django.db import connection
@@ -46,3 +47,21 @@ async def test_an_error_reaches_the_caller_and_the_thread_serves_on() -> None:
         assert await live_db.run(_backend_pid) > 0
     finally:
         await asyncio.to_thread(live_db.close_connections)
+
+
+async def test_reads_for_sockets_on_their_way_go_before_new_sockets_first_reads() -> None:
+    threads = live_db._Threads(1)
+    threads.start()
+    gate = threading.Event()
+    order: list[str] = []
+    blocked = threads.submit(gate.wait, (), live_db.FIRST)
+    waiting = [
+        threads.submit(order.append, ("new 1",), live_db.NEW),
+        threads.submit(order.append, ("new 2",), live_db.NEW),
+        threads.submit(order.append, ("on its way",), live_db.FIRST),
+    ]
+    gate.set()
+    for future in [blocked, *waiting]:
+        await asyncio.wrap_future(future)
+    assert order == ["on its way", "new 1", "new 2"]
+    await asyncio.to_thread(threads.close_connections)
