@@ -61,7 +61,8 @@ async def test_reads_for_sockets_on_their_way_go_before_new_sockets_first_reads(
         threads.submit(order.append, ("on its way",), live_db.FIRST),
     ]
     gate.set()
-    for future in [blocked, *waiting]:
+    await asyncio.wrap_future(blocked)
+    for future in waiting:
         await asyncio.wrap_future(future)
     assert order == ["on its way", "new 1", "new 2"]
     await asyncio.to_thread(threads.close_connections)
