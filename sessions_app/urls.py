@@ -20,6 +20,7 @@ urlpatterns = [
         name="session-leaf-summary",
     ),
     path("sessions/<uuid:session_id>/label", views.session_label, name="session-label"),
+    path("sessions/<uuid:session_id>/compare", views.session_compare, name="session-compare"),
     path("sessions/<uuid:session_id>/fork", views.session_fork, name="session-fork"),
     path("sessions/<uuid:session_id>/messages", views.session_send, name="session-send"),
     path("sessions/<uuid:session_id>/resend", views.session_resend, name="session-resend"),

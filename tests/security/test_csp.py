@@ -135,6 +135,7 @@ def test_pages_carry_the_policy_and_nothing_inline_it_would_refuse(
         base + "?view=context",
         base + "?tree=1",
         base + "delete",
+        base + f"compare?b={turn_session.leaf_entry_id}",
     ]
     for url in urls:
         response = client.get(url)
