@@ -1,6 +1,6 @@
 """The API answers what the session page shows: the same window through both doors, with
 cursors that read on (the path above, older turns, the rows before and after, a subtree);
-and every door refuses a leaf move alike while a turn runs."""
+every door refuses a leaf move alike while a turn runs; whole reads are streamed exports."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection
-from django.test import Client
+from django.test import AsyncClient, Client
 from django.urls import reverse
 
 from runtime import TurnRunning
-from sessions_app import agent, selectors, services, store
+from sessions_app import agent, pi_io, selectors, services, store, tokens
 from sessions_app.agent import turn_lock_key
 from sessions_app.models import Entry, Session
 from sessions_app.selectors import tree as tree_selectors
@@ -265,3 +266,35 @@ def test_a_leaf_move_waits_for_other_work_on_the_lock_then_says_the_session_is_b
     alice_session.refresh_from_db()
     assert alice_session.leaf_entry_id is not None
     assert as_alice.put(f"/sessions/{alice_session.id}/leaf", {"entry_id": None}).status_code == 200
+
+
+# --- whole reads: streamed exports only --------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_asgi_the_pi_exports_stream_a_chunk_at_a_time(
+    alice: Any, alice_session: Session
+) -> None:
+    _, token = tokens.token_create(alice, "export")
+    expected = "".join(pi_io.pi_export_lines(alice_session))
+
+    async def read(client: AsyncClient, path: str, **headers: str) -> tuple[bool, str]:
+        response = await client.get(path, headers=headers)
+        assert response.status_code == 200 and response.streaming, response.content
+        chunks = [chunk async for chunk in response.streaming_content]
+        return response.is_async, b"".join(chunks).decode()
+
+    async def both() -> list[tuple[bool, str]]:
+        page = AsyncClient()
+        await page.aforce_login(alice)
+        return [
+            await read(
+                AsyncClient(),
+                f"/api/sessions/{alice_session.id}/export",
+                Authorization=f"Bearer {token}",
+            ),
+            await read(page, reverse("session-export-jsonl", args=[alice_session.id])),
+        ]
+
+    for is_async, body in async_to_sync(both)():
+        assert is_async and body == expected
