@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -111,15 +112,19 @@ def _js_string(text: str) -> str:
     return escape_lone_surrogates(quoted)
 
 
+# One pass in C: this runs on every string of every payload that is built or checked.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def escape_lone_surrogates(text: str) -> str:
     """Write each lone surrogate as a \\uXXXX escape, as JSON.stringify does.
 
     A Python str holds a valid surrogate pair as one code point, so any surrogate left in
     it is lone, and it could not be encoded as UTF-8.
     """
-    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+    if _LONE_SURROGATE.search(text) is None:
         return text
-    return "".join(f"\\u{ord(ch):04x}" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return _LONE_SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def js_number(value: float) -> str:

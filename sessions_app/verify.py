@@ -140,10 +140,17 @@ def _check_requests(session: Session, events: list[EventRecord]) -> str | None:
     sent = [e for e in events if e.type == "request/sent"]
     if not sent:
         return None
+    by_seq = {e.seq: e for e in events}
+    by_turn: dict[int, list[EventRecord]] = {}
+    for e in events:
+        if e.turn is not None:
+            by_turn.setdefault(e.turn, []).append(e)
     for event in sent:
         try:
             context = request_context(session, event)
-            view = project_request(events, (), event.seq, context=context)
+            view = project_request(
+                _request_events(event, by_seq, by_turn, events), (), event.seq, context=context
+            )
         except (RequestNotFound, LookupError, TypeError, ValueError) as exc:
             # Facts that do not hold together (a header_seq naming no header, a manifest of
             # the wrong shape) are a difference to report, not a crash.
@@ -155,3 +162,22 @@ def _check_requests(session: Session, events: list[EventRecord]) -> str | None:
                 f"not match the rebuilt payload's {view.payload_sha256}{reason}"
             )
     return None
+
+
+def _request_events(
+    sent: EventRecord,
+    by_seq: dict[int, EventRecord],
+    by_turn: dict[int, list[EventRecord]],
+    events: list[EventRecord],
+) -> list[EventRecord]:
+    """What a request's rebuild reads: its turn's events and the header it names (as the
+    request view reads them), so that checking every request costs the log once, not once
+    per request."""
+    if sent.turn is None:
+        return events
+    related = by_turn[sent.turn]
+    header_seq = sent.data.get("header_seq")
+    header = by_seq.get(header_seq) if isinstance(header_seq, int) else None
+    if header is not None and header.turn != sent.turn:
+        return [header, *related]
+    return related
