@@ -238,7 +238,7 @@ class RequestAuditAdmin(admin.ModelAdmin):
         "when",
         "what",
         "session_link",
-        "owner",
+        "owner_name",
         "model_name",
         "position",
         "tokens",
@@ -356,6 +356,11 @@ class RequestAuditAdmin(admin.ModelAdmin):
             f"{title} — open the context view" + (f" at request {seq}" if seq else ""),
             Truncator(title).chars(TITLE_CHARS),
         )
+
+    @admin.display(description="owner", ordering="owner__username")
+    def owner_name(self, row: RequestAudit) -> str:
+        name = row.owner.get_username()
+        return format_html('<span title="{}">{}</span>', name, name)
 
     @admin.display(description="provider / model")
     def model_name(self, row: RequestAudit) -> str:
