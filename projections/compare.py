@@ -266,33 +266,33 @@ def context_diff(
         if key_a != key_b:
             break
         shared += 1
-    changes: list[MessageChange] = []
+    # (kind, position, index in A, index in B); only the first `limit` become items.
+    found: list[tuple[str, int, int | None, int | None]] = []
     matcher = difflib.SequenceMatcher(a=keys_a, b=keys_b, autojunk=False)
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag == "equal":
             continue
         paired = min(a1 - a0, b1 - b0) if tag == "replace" else 0
-        for i in range(paired):
-            changes.append(
-                MessageChange(
-                    "changed",
-                    b0 + i,
-                    _context_item(messages_a[a0 + i]),
-                    _context_item(messages_b[b0 + i]),
-                )
-            )
-        for i in range(a0 + paired, a1):
-            changes.append(MessageChange("removed", i, _context_item(messages_a[i]), None))
-        for i in range(b0 + paired, b1):
-            changes.append(MessageChange("added", i, None, _context_item(messages_b[i])))
+        found += [("changed", b0 + i, a0 + i, b0 + i) for i in range(paired)]
+        found += [("removed", i, i, None) for i in range(a0 + paired, a1)]
+        found += [("added", i, None, i) for i in range(b0 + paired, b1)]
+    changes = [
+        MessageChange(
+            kind,
+            position,
+            _context_item(messages_a[ia]) if ia is not None else None,
+            _context_item(messages_b[ib]) if ib is not None else None,
+        )
+        for kind, position, ia, ib in found[:limit]
+    ]
     return ContextDiff(
         messages_a=len(messages_a),
         messages_b=len(messages_b),
         tokens_a=sum(estimate_tokens(m) for m in messages_a),
         tokens_b=sum(estimate_tokens(m) for m in messages_b),
         shared=shared,
-        changes=tuple(changes[:limit]),
-        more_changes=max(0, len(changes) - limit),
+        changes=tuple(changes),
+        more_changes=max(0, len(found) - limit),
     )
 
 

@@ -1,6 +1,7 @@
-"""Two branches of a session compared: only the two branches below their common ancestor,
-the kept windows of the two leaves' contexts, and the events of the branches' turns are
-read, so the cost follows the branches, not the session."""
+"""Two branches of a session compared. Read: the two branches below their common ancestor,
+the events of the turns that wrote them, and what the two next contexts need (the path
+above the ancestor, once; or, when a path was compacted, the two leaves' kept windows). The
+common ancestor is found by a walk that returns ids only."""
 
 from __future__ import annotations
 
@@ -49,15 +50,44 @@ def branch_comparison(
     top = max(ancestor_depth(session, a, b), 0)
     path_a = store.path_to_root(session.id, a, min_depth=top)
     path_b = store.path_to_root(session.id, b, min_depth=top)
+    events_a = _branch_events(session, path_a, path_b)
+    events_b = _branch_events(session, path_b, path_a)
+    if _compacted(session, a, b):
+        # A context starts at its path's latest compaction: read the two kept windows.
+        contexts = (session_context(session, a), session_context(session, b))
+        return compare_branches(
+            path_a,
+            path_b,
+            events_a=events_a,
+            events_b=events_b,
+            offset=offset,
+            limit=limit,
+            contexts=contexts,
+        )
+    # Without a compaction each context is the whole path: read the shared part above the
+    # ancestor once and let the fold build both contexts from it.
+    above = path_a[0].parent_id if top and path_a else None
+    prefix = store.path_to_root(session.id, above) if above else []
     return compare_branches(
-        path_a,
-        path_b,
-        events_a=_branch_events(session, path_a, path_b),
-        events_b=_branch_events(session, path_b, path_a),
+        prefix + path_a,
+        prefix + path_b,
+        events_a=events_a,
+        events_b=events_b,
         offset=offset,
         limit=limit,
-        contexts=(session_context(session, a), session_context(session, b)),
     )
+
+
+def _compacted(session: Session, *leaves: str) -> bool:
+    """Whether a compaction lies on the path to any of `leaves` (each entry records its
+    path's latest one on append)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT 1 FROM sessions_app_entry WHERE session_id = %s AND entry_id = ANY(%s) "
+            "AND path_compaction IS NOT NULL LIMIT 1",
+            [str(session.id), list(leaves)],
+        )
+        return cur.fetchone() is not None
 
 
 def _branch_events(

@@ -135,3 +135,28 @@ def test_a_branch_compared_with_its_own_ancestor(
     assert body["ancestor"]["entry_id"] == ids["ancestor"]
     assert [(r["a"], r["b"]["kind"]) for r in body["rows"]] == [(None, "user"), (None, "assistant")]
     assert [c["kind"] for c in body["context"]["changes"]] == ["added", "added"]
+
+
+def test_a_compacted_branch_is_compared_from_its_kept_window(
+    as_alice: Api, two_branches: tuple[Session, dict[str, str]]
+) -> None:
+    session, ids = two_branches
+    compaction = {
+        "type": "compaction",
+        "summary": "A tried five times",
+        "firstKeptEntryId": ids["a"],
+        "tokensBefore": 500,
+    }
+    moved = NewEvent("leaf/moved", {"to": ids["a"], "reason": "navigate"})
+    (compacted,) = append(session, [moved, NewEvent("entry/compaction", {"entry": compaction})])
+
+    status, body = answer(
+        as_alice.get(f"/sessions/{session.id}/compare?a={compacted}&b={ids['b']}&limit=20")
+    )
+
+    assert status == 200
+    assert body["rows"][-1]["a"]["kind"] == "compaction"
+    assert body["rows"][-1]["a"]["text"] == "A tried five times"
+    # A's next context: the summary, then the kept entry; nothing is shared with B's.
+    assert (body["context"]["messages_a"], body["context"]["shared"]) == (2, 0)
+    assert body["context"]["messages_b"] == 4
