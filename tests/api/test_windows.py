@@ -298,3 +298,41 @@ def test_under_asgi_the_pi_exports_stream_a_chunk_at_a_time(
 
     for is_async, body in async_to_sync(both)():
         assert is_async and body == expected
+
+
+@pytest.mark.django_db
+def test_a_subtree_longer_than_a_window_is_read_down_its_chain(
+    as_alice: Api, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Main path m0…m9; a side branch s0…s9 from m2, with its own branch t0…t2 from s4."""
+    session = services.session_create(owner=alice, title="branches")
+
+    def chain(prefix: str, count: int, parent: str | None) -> list[str]:
+        moves = [NewEvent("leaf/moved", {"to": parent, "reason": "navigate"})] if parent else []
+        texts = [
+            NewEvent("user/message", {"entry": {"type": "message", "message": m}})
+            for m in ({"role": "user", "content": f"{prefix}{i}"} for i in range(count))
+        ]
+        session.refresh_from_db()
+        return list(store.append_events(session.id, session.last_seq, moves + texts).entry_ids)
+
+    main = chain("m", 10, None)
+    side = chain("s", 10, main[2])
+    chain("t", 3, side[4])
+    session.refresh_from_db()
+    back = NewEvent("leaf/moved", {"to": main[-1], "reason": "navigate"})
+    store.append_events(session.id, session.last_seq, [back])
+    monkeypatch.setattr(tree_selectors, "TREE_FULL_LIMIT", 5)
+
+    rows, _ = tree_walk(as_alice, session.id, limit=6)
+    entries = {e.entry_id: e.depth for e in Entry.objects.filter(session=session)}
+    assert len(rows) == len(entries) == 23
+    assert {row["id"]: row["depth"] for row in rows} == entries
+    texts = [row["text"] for row in rows]
+    # Reading order: the side branch after the row it leaves from, its own branch after s4.
+    assert texts.index("s0") > texts.index("m3") and texts.index("t0") > texts.index("s4")
+    [stub] = [row for row in rows if row["text"] == "s0"]
+    below = body_of(
+        as_alice.get(f"/sessions/{session.id}/tree?limit=6&cursor={stub['subtree_cursor']}")
+    )
+    assert [n["text"] for n in below["nodes"]][:3] == ["s1", "s2", "s3"] and below["next_cursor"]
