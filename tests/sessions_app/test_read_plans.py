@@ -21,6 +21,7 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions_app import selectors, services, store
 from sessions_app.models import Session
+from sessions_app.selectors.tree import tree_path_window
 from sessions_app.store import NewEvent
 
 TABLES = ("sessions_app_entry", "sessions_app_event")
@@ -134,3 +135,14 @@ def test_the_session_turns_read_no_other_events(grown: Session) -> None:
     turns = lambda: selectors.turn_numbers(grown)  # noqa: E731
     assert len(turns()) == TURNS
     assert max(_reads(turns)) <= TURNS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tree_near_the_leaf_reads_the_window_and_its_branches(grown: Session) -> None:
+    leaf = grown.leaf_entry_id
+    window = lambda: tree_path_window(  # noqa: E731
+        grown, as_of_seq=grown.last_seq, leaf=leaf, end=leaf, below=None, rows=100
+    )
+    assert len(window().rows) == 50  # the path's last 50 entries; no branch leaves them
+    # The walk reads the 50 entries twice, the children lookups find the path's own.
+    assert sum(_reads(window)) <= 3 * 50 + 5
