@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from decimal import Decimal
@@ -34,10 +34,10 @@ from django.db.models.expressions import RawSQL
 
 from projections.header_diff import HEADER_DEFAULTS, diff_headers
 from projections.records import EventRecord
-from projections.request import RequestNotFound, RequestView
+from projections.request import RequestNotFound, RequestView, project_request
 from sessions_app import store
 from sessions_app.models import Event, RequestAudit, Session
-from sessions_app.selectors.requests import request_view
+from sessions_app.selectors.requests import request_context, request_view
 
 Integrity = Literal["match", "mismatch", "unrebuildable"]
 
@@ -295,17 +295,35 @@ def requests_under_header(session: Session, header_seq: int, limit: int) -> list
 
 def request_check(session: Session, seq: int) -> RequestCheck:
     """Rebuild the payload of the request at `seq` and compare its hash with the recorded
-    one."""
-    return request_audit(session, seq)[1]
+    one. Reads the manifest, its header and the context's kept window: not the rest of the
+    request's turn, which the full view (`request_audit`) reads for the reply."""
+    return _checked(session, seq, lambda: _rebuilt(session, seq))[1]
 
 
 def request_audit(session: Session, seq: int) -> tuple[RequestView | None, RequestCheck]:
-    """The request at `seq` rebuilt (None when it cannot be) and the check of its hash.
+    """The request at `seq` rebuilt (None when it cannot be) and the check of its hash."""
+    return _checked(session, seq, lambda: request_view(session, seq))
 
-    Facts that do not hold together (a header_seq naming no header, a manifest of the
+
+def _rebuilt(session: Session, seq: int) -> RequestView:
+    found = store.events_after(session.id, seq - 1, 1)
+    if not found or found[0].seq != seq or found[0].type != "request/sent":
+        raise RequestNotFound(f"no model request (request/sent) at seq {seq}")
+    sent = found[0]
+    events = [sent]
+    header_seq = sent.data.get("header_seq")
+    if isinstance(header_seq, int) and not isinstance(header_seq, bool):
+        events += store.events_after(session.id, header_seq - 1, 1)
+    return project_request(events, (), seq, context=request_context(session, sent))
+
+
+def _checked(
+    session: Session, seq: int, rebuild: Callable[[], RequestView]
+) -> tuple[RequestView | None, RequestCheck]:
+    """Facts that do not hold together (a header_seq naming no header, a manifest of the
     wrong shape) make the request unrebuildable: a finding, not a crash."""
     try:
-        view = request_view(session, seq)
+        view = rebuild()
     except (RequestNotFound, LookupError, TypeError, ValueError) as exc:
         return None, RequestCheck(session.id, seq, "unrebuildable", str(exc))
     if view.payload_sha256 is None:
