@@ -150,12 +150,14 @@ LOCK_WAIT_S = 3.0
 
 @contextlib.contextmanager
 def _turn_lock(session_id: uuid.UUID) -> Iterator[None]:
-    """Hold the session's turn lock (the runtime's advisory lock, on this connection)."""
+    """Hold the session's turn lock (the runtime's advisory lock) for a transaction: the
+    write made under it commits before anyone else can take it, and a failed one lets go
+    of it with its rollback."""
     key = turn_lock_key(session_id)
     deadline = time.monotonic() + LOCK_WAIT_S
-    with connection.cursor() as cur:
+    with transaction.atomic(), connection.cursor() as cur:
         while True:
-            cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
             row = cur.fetchone()
             if row and row[0]:
                 break
@@ -163,11 +165,7 @@ def _turn_lock(session_id: uuid.UUID) -> Iterator[None]:
             if turn_open or time.monotonic() > deadline:
                 raise lock_refusal(turn_open=turn_open)
             time.sleep(0.05)
-    try:
         yield
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def session_fork(
