@@ -281,8 +281,9 @@ def test_under_asgi_the_pi_exports_stream_a_chunk_at_a_time(
     async def read(client: AsyncClient, path: str, **headers: str) -> tuple[bool, str]:
         response = await client.get(path, headers=headers)
         assert response.status_code == 200 and response.streaming, response.content
-        chunks = [chunk async for chunk in response.streaming_content]
-        return response.is_async, b"".join(chunks).decode()
+        streamed: Any = response  # a StreamingHttpResponse under the test client's wrapper
+        chunks = [chunk async for chunk in streamed.streaming_content]
+        return streamed.is_async, b"".join(chunks).decode()
 
     async def both() -> list[tuple[bool, str]]:
         page = AsyncClient()
