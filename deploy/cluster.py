@@ -72,6 +72,8 @@ class Cluster:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        for port in [self.front, *(self.port(i) for i in range(self.workers))]:
+            daphne.ensure_free(port)
         try:
             self.processes = [
                 subprocess.Popen(daphne.command(self.port(i)), **self._popen())
@@ -92,6 +94,7 @@ class Cluster:
             raise
 
     def _start_worker(self, index: int) -> None:
+        daphne.ensure_free(self.port(index))
         process = subprocess.Popen(daphne.command(self.port(index)), **self._popen())
         self.processes[index] = process
         wait_for_port(self.port(index), process)

@@ -52,8 +52,17 @@ def command(port: int, host: str = "127.0.0.1") -> list[str]:
     ]
 
 
+def ensure_free(port: int) -> None:
+    """Fail now if something already listens on 127.0.0.1:`port`: waiting for the port would
+    otherwise take that other server for the one being started."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            raise RuntimeError(f"127.0.0.1:{port} is already in use")
+
+
 def start(port: int, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
     """daphne serving Strand on 127.0.0.1:`port`, started and listening."""
+    ensure_free(port)
     popen.setdefault("stdout", subprocess.DEVNULL)
     popen.setdefault("stderr", subprocess.DEVNULL)
     process = subprocess.Popen(
