@@ -88,6 +88,12 @@ class Event(models.Model):
                 name="event_session_request",
                 condition=models.Q(type="request/sent"),
             ),
+            # The header in force: rare, so often far back in a long session's log.
+            models.Index(
+                fields=["session", "seq"],
+                name="event_session_header",
+                condition=models.Q(type="request/header"),
+            ),
             # The request audit, newest first (its list's order): a page of it is read from
             # here, not sorted out of every request.
             models.Index(

@@ -376,15 +376,22 @@ def _int(value: Any) -> int | None:
 # --- reads -------------------------------------------------------------------------------
 
 
+_SEQ_CEILING = 2**63 - 1  # bigint's largest
+
+
 def events_after(
     session_id: uuid.UUID | str, after_seq: int = -1, limit: int = 1000
 ) -> list[EventRecord]:
     """Events with seq > after_seq, oldest first, upcast to their current schema."""
+    # Seqs are gapless (invariant 3), so the next `limit` events are exactly those of the
+    # range after `after_seq`: bounded on both sides, it reads only them whatever plan
+    # Postgres picks (with LIMIT alone it could sort the whole rest of the session first).
     with connection.cursor() as cur:
         cur.execute(
             "SELECT seq, type, schema_version, time, data, entry_id, turn, step, ignorable "
-            "FROM sessions_app_event WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-            [str(session_id), after_seq, limit],
+            "FROM sessions_app_event WHERE session_id = %s AND seq > %s AND seq <= %s "
+            "ORDER BY seq",
+            [str(session_id), after_seq, min(after_seq + max(limit, 0), _SEQ_CEILING)],
         )
         return _event_records(cur.fetchall())
 

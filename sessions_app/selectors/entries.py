@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from projections.records import EntryRecord
 from sessions_app import store
@@ -41,12 +42,25 @@ class EntryPage:
 
 
 def entry_page(session: Session, *, after_seq: int, limit: int) -> EntryPage:
-    """Entries with seq > `after_seq` in the order they were added, at most `limit`."""
-    rows = list(
-        Entry.objects.filter(session_id=session.id, seq__gt=after_seq)
-        .order_by("seq")
-        .values_list("entry_id", "parent_id", "type", "timestamp", "data", "seq")[: limit + 1]
-    )
+    """Entries with seq > `after_seq` in the order they were added, at most `limit`.
+
+    Read a range of seqs at a time, twice as wide each time (entries take only some of the
+    log's seqs): each read is bounded on both sides, so it costs what it finds whatever
+    plan Postgres picks, where ORDER BY with LIMIT alone could sort the rest of a long
+    session first. The last range is open, for what was appended meanwhile."""
+    rows: list[tuple[Any, ...]] = []
+    start, span = after_seq, 2 * (limit + 1)
+    while True:
+        stop = start + span
+        found = Entry.objects.filter(session_id=session.id, seq__gt=start)
+        if stop < session.last_seq:
+            found = found.filter(seq__lte=stop)
+        rows += found.order_by("seq").values_list(
+            "entry_id", "parent_id", "type", "timestamp", "data", "seq"
+        )[: limit + 1 - len(rows)]
+        if len(rows) > limit or stop >= session.last_seq:
+            break
+        start, span = stop, span * 2
     entries = tuple(
         EntryRecord(i, p, t, ts, store.decode_json(d), s) for i, p, t, ts, d, s in rows[:limit]
     )
