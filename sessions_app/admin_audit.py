@@ -32,12 +32,14 @@ from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
 from django.contrib.admin.views.main import ChangeList
 from django.core.handlers.asgi import ASGIRequest
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
@@ -189,6 +191,15 @@ class HeaderChangesFilter(admin.SimpleListFilter):
 # --- the admin ---------------------------------------------------------------------------
 
 
+class AuditPaginator(Paginator):
+    """Counts the list's rows through `audit_count` (cheaper when nothing is filtered)."""
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list
+        return audit.audit_count(rows) if isinstance(rows, QuerySet) else len(rows)
+
+
 @dataclass(frozen=True)
 class UsageTable:
     """One chart of the usage page and the table of the same numbers beside it."""
@@ -282,6 +293,16 @@ class RequestAuditAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RequestAudit]:
         return audit.audit_rows()
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: Any,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> Paginator:
+        return AuditPaginator(queryset, per_page, orphans, allow_empty_first_page)
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}"

@@ -88,6 +88,15 @@ def audit_rows() -> QuerySet[RequestAudit]:
     return RequestAudit.objects.select_related("session", "owner")
 
 
+def audit_count(rows: QuerySet[RequestAudit]) -> int:
+    """How many rows `rows` holds. Unfiltered, that is how many request events there are
+    (each joins exactly one session and at most one header), counted from the audit's own
+    index rather than by joining every row."""
+    if not rows.query.where:
+        return Event.objects.filter(type__in=("request/header", "request/sent")).count()
+    return rows.count()
+
+
 def audit_users() -> list[tuple[int, str]]:
     """(id, user name) of the owners of sessions that sent a model request."""
     owners = Session.objects.filter(
@@ -583,6 +592,7 @@ __all__ = [
     "UsageOverview",
     "UsageRow",
     "all_request_keys",
+    "audit_count",
     "audit_export_rows",
     "audit_models",
     "audit_providers",

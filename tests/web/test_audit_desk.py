@@ -491,3 +491,12 @@ def test_the_lists_links_carry_its_filters(staff: Client, desk: Desk, alice: Use
     carried = escape(query)
     for door in ("usage/", "export.csv", "export.jsonl"):
         assert f'href="{LIST}{door}{carried}"' in html, door
+
+
+def test_the_lists_count_agrees_with_its_rows(staff: Client, desk: Desk, alice: User) -> None:
+    # Unfiltered, the count is taken from the request events themselves.
+    assert audit.audit_count(audit.audit_rows()) == audit.audit_rows().count() == 9
+    mine = audit.audit_rows().filter(owner=alice)
+    assert audit.audit_count(mine) == 6
+    assert "9 model requests (audit)" in staff.get(LIST).content.decode()
+    assert "6 results" in staff.get(f"{LIST}?owner__id__exact={alice.pk}").content.decode()
