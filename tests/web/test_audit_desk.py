@@ -38,8 +38,10 @@ pytestmark = pytest.mark.django_db
 
 LIST = "/admin/sessions_app/requestaudit/"
 HOSTILE = '<script>alert("t")</script> =HYPERLINK("http://x") ' + "a long title " * 8
-PROMPT_AFTER = "You are careful.\nAnswer at length.\nCite files."
-SEARCH = {"name": "search", "description": "Search <files>.", "parameters": {"type": "object"}}
+HOSTILE_LINE = "<script>alert('prompt')</script>"
+PROMPT_AFTER = f"You are careful.\nAnswer at length.\nCite files.\n{HOSTILE_LINE}"
+HOSTILE_TOOL = "search<img src=x onerror=alert(1)>"
+SEARCH = {"name": HOSTILE_TOOL, "description": "Search <files>.", "parameters": {"type": "object"}}
 DAY_1 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 DAY_2 = datetime(2026, 3, 4, 9, 0, tzinfo=UTC)
 
@@ -257,7 +259,9 @@ def test_a_header_opens_on_its_diff(staff: Client, desk: Desk) -> None:
     assert escape('"gpt-audit-1"') in html and escape('"gpt-audit-2"') in html
     assert '<div class="line removed"><span class="sign">-</span>Answer briefly.</div>' in html
     assert '<div class="line added"><span class="sign">+</span>Answer at length.</div>' in html
-    assert "<code>search</code>" in html and 'class="badge ok">added' in html
+    assert f"<code>{escape(HOSTILE_TOOL)}</code>" in html and 'class="badge ok">added' in html
+    assert f'<span class="sign">+</span>{escape(HOSTILE_LINE)}</div>' in html
+    assert HOSTILE_TOOL not in html and HOSTILE_LINE not in html
     assert refused(html) == []
     sent = row_of(desk.alice.session, desk.changed_header + 2)
     assert f"{LIST}{sent.pk}/change/" in html  # the requests sent under it
