@@ -440,7 +440,7 @@ async def test_under_asgi_an_export_is_an_asynchronous_stream(
     try:
         lines = [line async for line in response.streaming_content]
     finally:
-        await sync_to_async(connections.close_all)()  # the helper thread's connection
+        await sync_to_async(connections.close_all)()  # the view's thread holds a connection
     assert b"".join(lines).count(b"\n") == 9
 
 
