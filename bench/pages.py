@@ -23,8 +23,6 @@ is not fetched again.
 
 from __future__ import annotations
 
-import random
-import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -34,6 +32,7 @@ from typing import Any
 from bench import recorded
 from bench.common import Report, Row
 from deploy import daphne
+from deploy.daphne import free_port
 
 SIZES = (1_000, 100_000)
 RUNS = 5
@@ -155,7 +154,7 @@ def run(report: Report) -> None:
         sessions[large] = build(owner, large)
         made[large] = time.perf_counter() - started
         analyzed = _last_analyzed()
-        port = _free_port()
+        port = free_port()
         server = daphne.start(port, {"STRAND_RECOVER_AT_START": "0"})
         try:
             client = _Client(f"http://127.0.0.1:{port}", owner)
@@ -259,15 +258,3 @@ def _last_analyzed() -> list[tuple[Any, ...]]:
             [list(TABLES)],
         )
         return cur.fetchall()
-
-
-def _free_port() -> int:
-    """A free port below the kernel's ephemeral range (where clients' ports come from)."""
-    for port in random.sample(range(18_000, 32_000), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port for daphne")

@@ -88,3 +88,18 @@ def stop(process: subprocess.Popen[Any], timeout: float = 10) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout)
+
+
+def free_port() -> int:
+    """A free port on 127.0.0.1 below the kernel's ephemeral range (32768 up, where clients'
+    own ports come from), for a server a test or a benchmark starts."""
+    import random
+
+    for port in random.sample(range(18_000, 32_000), 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below 32768")

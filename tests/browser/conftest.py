@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from playwright.sync_api import Page, expect
+
+from deploy.daphne import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -58,18 +59,6 @@ def _sync_orm_beside_playwright() -> None:
     # Playwright's sync API runs an event loop in this thread; the ORM calls of the tests
     # themselves are still plain synchronous calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
-
-def _free_port() -> int:
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below 32768")
 
 
 def _database_url() -> str:
@@ -167,7 +156,7 @@ def servers(
     }
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     logs = tmp_path_factory.mktemp("daphne")
-    started = [_start_daphne(_free_port(), env, logs / f"daphne-{i}.log") for i in (1, 2)]
+    started = [_start_daphne(free_port(), env, logs / f"daphne-{i}.log") for i in (1, 2)]
     try:
         for server in started:
             _wait_ready(server)

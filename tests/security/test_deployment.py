@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import socket
 import stat
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.settings import _local_secret_key, _proxy_ssl_header
 from deploy import daphne
+from deploy.daphne import free_port
 from tests.runtime.conftest import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,20 +139,9 @@ def test_a_malformed_proxy_header_stops_the_start(value: str) -> None:
 # --- a server with the production variables, behind a proxy that ends TLS --------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        for port in range(24000 + os.getpid() % 4000, 32000):
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below 32768")
-
-
 @pytest.fixture
 def production_server(tmp_path: Path, transactional_db: Any) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "daphne.log").open("wb")
     env = production_env(tmp_path, child_database_url())
     process = daphne.start(port, env, stdout=log, stderr=subprocess.STDOUT)

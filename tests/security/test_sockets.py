@@ -10,8 +10,6 @@ sockets that are still allowed stay open and keep receiving.
 from __future__ import annotations
 
 import json
-import random
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,18 +36,6 @@ SIGNED_OUT, NOT_VISIBLE = 4401, 4403
 WAIT_S = 20  # how long a socket may take to close before the test fails (not a timing check)
 
 
-def _free_port() -> int:
-    for _ in range(200):
-        port = random.randint(20_000, 32_000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below 32768")
-
-
 @dataclass
 class Server:
     url: str
@@ -61,7 +47,7 @@ class Server:
 
 
 def _start(**env: str) -> Server:
-    port = _free_port()
+    port = daphne.free_port()
     process = daphne.start(
         port, {"DATABASE_URL": child_database_url(), "STRAND_RECOVER_AT_START": "0", **env}
     )
