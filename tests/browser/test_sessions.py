@@ -236,6 +236,9 @@ def test_import_a_pi_file_and_see_its_tree(signed_in: Page, db_access: None) -> 
     screenshot(page, "11-imported-pi-tree")
     page.locator("#tree .node.t-compaction .node-text").last.click()
     expect(page.locator("#chat details.compaction").first).to_be_visible()
+    # The move redraws the chat and the tree; open the card once those swaps are done, or a
+    # late swap draws it closed again.
+    page.wait_for_load_state("networkidle")
     page.locator("#chat details.compaction > summary").first.click()
     expect(page.locator("#chat details.compaction .replaced").first).to_be_visible()
     screenshot(page, "12-compaction-card")
