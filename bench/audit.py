@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Report, Row
-from bench.pages import _free_port
 from deploy import daphne
+from deploy.daphne import free_port
 
 SESSIONS = 100
 REQUESTS = 999  # with the header, 1,000 audit rows a session
@@ -237,7 +237,7 @@ def run(report: Report) -> None:
             note=f"{time.perf_counter() - started:.0f} s",
         )
     )
-    port = _free_port()
+    port = free_port()
     server = daphne.start(port, {"STRAND_RECOVER_AT_START": "0"})
     try:
         browser = _Browser(f"http://127.0.0.1:{port}", staff)

@@ -12,13 +12,13 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
+from deploy.daphne import free_port
 from sessions_app import store
 from sessions_app.models import Session
 from sessions_app.store import NewEvent
 from tests.browser.conftest import (
     Server,
     _database_url,
-    _free_port,
     _start_daphne,
     _stop,
     _wait_ready,
@@ -51,7 +51,7 @@ def test_a_page_reconnects_politely_when_its_server_restarts(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    port = _free_port()
+    port = free_port()
     running: list[Server] = []
 
     def serve(name: str, **extra: str) -> Server:
