@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -84,3 +85,38 @@ router = ProtocolTypeRouter(
 # The first connection a process serves starts crash recovery (STRAND_RECOVER_AT_START=0
 # turns it off, as the test suite does for the servers it runs in-process).
 application = RunOnceAtStart(router, recover_open_turns)
+
+
+def _plain_websocket_log_arguments() -> None:
+    """autobahn (daphne's websocket layer) colours the arguments of its debug messages
+    before it knows whether anything logs them: for every frame it sends, `hltype` and
+    `hlval` styled a function name and two values, 15% of a process's CPU while it sent
+    events to 1,000 viewers, for messages daphne discards. Plain values instead: the same
+    messages, uncoloured, for whoever turns debug logging on."""
+    from autobahn.websocket import protocol
+
+    if hasattr(protocol, "hltype") and hasattr(protocol, "hlval"):
+        protocol.hltype = lambda obj: getattr(obj, "__qualname__", "")
+        protocol.hlval = lambda value, color="white", bold=True: value
+
+
+def _tune_garbage_collection() -> None:
+    """Python's full collections scan every object the process holds; with a thousand
+    websockets that took 170–270 ms every ~6 s while events went out to them, each pause
+    landing on whichever commit was in flight (p99 delivery at 1,000 viewers: ~250 ms, with
+    collections as the slow commits). What is loaded by now (Django, this application) lives
+    as long as the process: `gc.freeze()` leaves it out of every collection, and full
+    collections come after `STRAND_GC_GEN2_THRESHOLD` (1,000; Python's default is 10)
+    collections of the middle generation instead of 10 (with both: p99 ~96 ms, and no pause
+    in 20 s of writing). Cyclic garbage (about 110 objects per closed websocket) then waits
+    longer to be freed."""
+    threshold0, threshold1, _ = gc.get_threshold()
+    gc.set_threshold(
+        threshold0, threshold1, int(os.environ.get("STRAND_GC_GEN2_THRESHOLD", "1000"))
+    )
+    gc.collect()
+    gc.freeze()
+
+
+_plain_websocket_log_arguments()
+_tune_garbage_collection()
