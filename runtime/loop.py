@@ -67,6 +67,7 @@ from runtime.providers.base import (
     ToolCallRequest,
 )
 from runtime.recovery import closers
+from runtime.replay import ReplaySource
 from runtime.tools import Toolbox, ToolOutcome, check_arguments
 
 T = TypeVar("T")
@@ -202,6 +203,16 @@ class TurnRunner:
         self.follow_leaf = True  # until our turn starts, the user may still move the leaf
         self._open_step: int | None = None
         self.turn_start_seq = 0
+        # A replay's turn: the header its requests are sent under (see `runtime.replay`),
+        # written with reason "replay" before its first request whatever the header in force.
+        self.replay_header: Mapping[str, Any] | None = None
+        self.replay_header_written = False
+
+    @property
+    def takes_input(self) -> bool:
+        """Whether the turn takes steering input and compacts on its own: a replay does
+        neither, so that its context is the recorded request's."""
+        return self.replay_header is None
 
     # --- loading and appending -----------------------------------------------------------
 
@@ -339,6 +350,46 @@ class TurnRunner:
         self.follow_leaf = False
         return turn
 
+    async def start_replay_turn(
+        self, source: ReplaySource, header: Mapping[str, Any], *, group: int | None, count: int
+    ) -> int:
+        """Write `turn/start` (trigger replay) and move the leaf back to the leaf the
+        recorded request was built for; the turn's requests go out under `header`. The
+        first replay of a group names it (`group` None: this turn)."""
+        turn = self.last_turn + 1
+        self.replay_header = dict(header)
+
+        def facts(_: int) -> list[NewFact]:
+            start = {
+                "turn": turn,
+                "trigger": "replay",
+                "replay_of": source.request_seq,
+                "replay_group": group if group is not None else turn,
+                "replay_count": count,
+            }
+            moved = {"from": self.leaf, "to": source.leaf_entry_id, "reason": "replay"}
+            return [
+                NewFact("turn/start", start, turn=turn),
+                NewFact("leaf/moved", moved, turn=turn),
+            ]
+
+        started = await self.append(facts)
+        assert started is not None
+        self.leaf = source.leaf_entry_id
+        self.turn_start_seq = started.first_seq
+        self.last_turn = turn
+        self.follow_leaf = False
+        return turn
+
+    async def run_one_turn(self, turn: int) -> TurnEnded:
+        """Run `turn` (already started) alone: a replay's turn runs no follow-ups."""
+        self.run.current_turn = turn
+        self._notice("turn_started", turn, f"turn {turn} started")
+        ended = await self._run_turn(turn)
+        self.run.ended.append(ended)
+        self._notice("turn_ended", turn, f"turn {turn} ended: {ended.reason}", reason=ended.reason)
+        return ended
+
     async def run_turns(self, first_turn: int) -> list[TurnEnded]:
         """Run `first_turn` (already started), then each queued follow-up in turn."""
         turn = first_turn
@@ -424,8 +475,10 @@ class TurnRunner:
         None tells the caller to run another step."""
 
         def steering_waiting() -> bool:
-            return reason == "completed" and any(
-                i.target == "next_step" for i in self.pending.values()
+            return (
+                reason == "completed"
+                and self.takes_input
+                and any(i.target == "next_step" for i in self.pending.values())
             )
 
         if steering_waiting():
@@ -461,7 +514,8 @@ class TurnRunner:
         if self.run.cancelled:
             return _StepResult("aborted")
         claims = sorted(
-            (i for i in self.pending.values() if i.target == "next_step"), key=lambda i: i.seq
+            (i for i in self.pending.values() if i.target == "next_step" and self.takes_input),
+            key=lambda i: i.seq,
         )
         facts = [NewFact("step/start", {"turn": turn, "step": step}, turn=turn, step=step)]
         for item in claims:
@@ -472,7 +526,7 @@ class TurnRunner:
         await self.append(facts)
         self._open_step = step
         try:
-            if self.config.auto_compact:
+            if self.config.auto_compact and self.takes_input:
                 await self._guarded(self._auto_compact(turn, step))
             result = await self._request_and_tools(turn, step)
         except Cancelled:
@@ -488,7 +542,7 @@ class TurnRunner:
 
     async def _request_and_tools(self, turn: int, step: int) -> _StepResult:
         context = await self._context()
-        header = render_header(self.config, self.toolbox.schemas())
+        header = self.replay_header or render_header(self.config, self.toolbox.schemas())
         messages = to_provider_messages(context.messages)
         try:
             payload = build_payload(
@@ -645,7 +699,9 @@ class TurnRunner:
         """Write the request's manifest. A retry is a request of its own: the same payload,
         its attempt number, and the fault that ended the attempt before it."""
         reason = None
-        if self.header is None:
+        if self.replay_header is not None and not self.replay_header_written:
+            reason = "replay"
+        elif self.header is None:
             reason = "initial"
         elif not same_header(self.header, header):
             reason = "change"
@@ -674,6 +730,7 @@ class TurnRunner:
         if reason is not None:
             self.header, self.header_seq = header, written.first_seq
             self.resume_header = False
+            self.replay_header_written = self.replay_header is not None
 
     async def _stream(
         self, turn: int, step: int, payload: Mapping[str, Any]

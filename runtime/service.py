@@ -39,6 +39,13 @@ from runtime.messages import text_of
 from runtime.ports import NewFact, SeqConflict, SessionLog, TurnLock
 from runtime.providers import Provider, ProviderError, make_provider
 from runtime.recovery import closers
+from runtime.replay import (
+    Replayed,
+    ReplayPlan,
+    ReplaySource,
+    replay_header,
+    replay_tool_names,
+)
 from runtime.tools import Toolbox
 
 log = logging.getLogger("strand.runtime")
@@ -174,6 +181,85 @@ class Runtime:
         runner_args = (config, provider, toolbox, auto_approve, on_delta, on_notice)
         return await self._launch(session_id, lock, runner_args, start)
 
+    async def replay(
+        self,
+        session_id: str,
+        source: ReplaySource,
+        plans: Sequence[ReplayPlan],
+        *,
+        on_delta: DeltaSink | None = None,
+        on_notice: NoticeSink | None = None,
+    ) -> Replayed:
+        """Replay the recorded request `source` once per plan, one turn after another
+        under the session's turn lock (see `runtime.replay`); each answer is a sibling of
+        the original one. Refused while a turn runs. Tools still wait for approval."""
+        if not plans:
+            raise AgentError("a replay needs at least one preset")
+        setup = await self.log.setup(session_id)  # the session may run at all (workspace)
+        tools = replay_tool_names(source)
+        prepared: list[tuple[AgentConfig, Provider, Toolbox, dict[str, Any]]] = []
+        for plan in plans:
+            # The replay offers the recorded request's tools, whatever the preset's are.
+            config = config_from_preset({**plan.preset, "tools": list(tools)}, cwd=setup.cwd)
+            header = replay_header(source, config, plan)
+            prepared.append(
+                (config, self.provider_factory(config), self.toolbox_factory(config), header)
+            )
+        lock = await self._exclusive(session_id)
+        run = Run(session_id, lock)
+        self.runs[session_id] = run
+        try:
+            await self._recover_locked(session_id)
+            runner = self._replay_runner(session_id, run, prepared[0], on_delta, on_notice)
+            await runner.load()
+            first = await runner.start_replay_turn(
+                source, prepared[0][3], group=None, count=len(prepared)
+            )
+        except BaseException:
+            del self.runs[session_id]
+            await lock.release()
+            raise
+        self._remember(run)
+        run.current_turn = first
+
+        async def drive() -> list[TurnEnded]:
+            await runner.run_one_turn(first)
+            for rest in prepared[1:]:
+                if run.cancelled:
+                    break
+                nxt = self._replay_runner(session_id, run, rest, on_delta, on_notice)
+                await nxt.load()
+                turn = await nxt.start_replay_turn(
+                    source, rest[3], group=first, count=len(prepared)
+                )
+                await nxt.run_one_turn(turn)
+            return run.ended
+
+        run.task = asyncio.get_running_loop().create_task(
+            self._drive_work(run, drive()), context=contextvars.Context()
+        )
+        return Replayed(first, tuple(range(first, first + len(prepared))))
+
+    def _replay_runner(
+        self,
+        session_id: str,
+        run: Run,
+        prepared: tuple[AgentConfig, Provider, Toolbox, dict[str, Any]],
+        on_delta: DeltaSink | None,
+        on_notice: NoticeSink | None,
+    ) -> TurnRunner:
+        config, provider, toolbox, _ = prepared
+        return TurnRunner(
+            self.log,
+            session_id,
+            config,
+            provider,
+            toolbox,
+            run,
+            on_delta=on_delta,
+            on_notice=on_notice,
+        )
+
     async def _failed_reply(self, session_id: str, entry_id: str | None) -> EntryRecord:
         if entry_id is None:
             entry_id = (await self.log.head(session_id)).leaf_entry_id
@@ -281,8 +367,12 @@ class Runtime:
             return Sent(inbox_id=inbox_id, target=target)
 
     async def _drive(self, run: Run, runner: TurnRunner, turn: int) -> list[TurnEnded]:
+        return await self._drive_work(run, runner.run_turns(turn))
+
+    async def _drive_work(self, run: Run, work: Awaitable[list[TurnEnded]]) -> list[TurnEnded]:
+        """Run a run's turns to their end, then let go of the run and its lock."""
         try:
-            return await runner.run_turns(turn)
+            return await work
         except Exception:
             log.exception("session %s: the run failed", run.session_id)
             raise

@@ -152,7 +152,7 @@ class LeafMoved(EventData):
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
     from_: str | None = Field(default=None, alias="from")
     to: str | None
-    reason: Literal["navigate", "fork", "retry", "import"] = "navigate"
+    reason: Literal["navigate", "fork", "retry", "replay", "import"] = "navigate"
 
 
 # --- turns and steps ---------------------------------------------------------------------
@@ -163,8 +163,14 @@ class TurnStart(EventData):
     turn: int = Field(ge=0)
     # retry: the turn asks again from where a failed reply was asked (no new user message;
     # `retry_of` is the failed assistant message's entry id).
-    trigger: Literal["message", "follow_up", "retry"] = "message"
+    # replay: the turn sends a recorded request again (`replay_of`, the seq of its
+    # `request/sent`) from that request's leaf; the replays of one action run one after
+    # another and share `replay_group` (the first one's turn) and `replay_count`.
+    trigger: Literal["message", "follow_up", "retry", "replay"] = "message"
     retry_of: str | None = Field(default=None, max_length=ENTRY_KEY_MAX)
+    replay_of: int | None = Field(default=None, ge=0)
+    replay_group: int | None = Field(default=None, ge=0)
+    replay_count: int | None = Field(default=None, ge=1)
 
 
 class TurnEnd(EventData):
@@ -191,14 +197,23 @@ class StepEnd(EventData):
 
 
 class RequestHeader(EventData):
+    """The settings of the requests that follow. Reason `replay`: the header of a replay's
+    requests (`runtime.replay`), naming the replayed request (`replay_of`, the seq of its
+    `request/sent`), the preset it ran with and the fields the user overrode (`params.NAME`,
+    `system_prompt`, `thinking_level`). Headers written before replays lack those fields
+    and mean what their defaults say, so no upcaster is needed."""
+
     type = "request/header"
-    reason: Literal["initial", "resume", "change"]
+    reason: Literal["initial", "resume", "change", "replay"]
     provider: str
     model: str
     params: JSON = Field(default_factory=dict)
     system_prompt: str = ""
     tools: list[JSON] = Field(default_factory=list)
     thinking_level: str = "off"
+    replay_of: int | None = Field(default=None, ge=0)
+    replay_preset: str | None = Field(default=None, max_length=200)
+    overrides: list[str] = Field(default_factory=list)
 
 
 class RequestSent(EventData):

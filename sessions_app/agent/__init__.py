@@ -10,6 +10,8 @@ callers; `session_id` may be a UUID, its string or a `Session`):
         (with no turn running, both simply start one). `Sent.turn` / `Sent.inbox_id`.
     agent_retry(session_id, entry_id=None) -> Sent
         a new turn from where a failed reply (stopReason "error") was asked
+    agent_replay(session_id, source, plans) -> Replayed
+        a recorded request sent again, once per plan, one turn after another
     agent_cancel(session_id) -> bool
     agent_decide_approval(session_id, approval_id, *, outcome, by=None)
     agent_pending_approvals(session_id) -> list[PendingApproval]      (a read: never writes)
@@ -61,6 +63,7 @@ from sessions_app.agent.services import (
     aagent_navigate,
     aagent_pending_approvals,
     aagent_recover,
+    aagent_replay,
     aagent_retry,
     aagent_send_message,
     aagent_turn_status,
@@ -71,6 +74,7 @@ from sessions_app.agent.services import (
     agent_navigate,
     agent_pending_approvals,
     agent_recover,
+    agent_replay,
     agent_retry,
     agent_run_foreground,
     agent_send_message,
@@ -102,6 +106,7 @@ __all__ = [
     "aagent_navigate",
     "aagent_pending_approvals",
     "aagent_recover",
+    "aagent_replay",
     "aagent_retry",
     "aagent_send_message",
     "aagent_turn_status",
@@ -112,6 +117,7 @@ __all__ = [
     "agent_navigate",
     "agent_pending_approvals",
     "agent_recover",
+    "agent_replay",
     "agent_run_foreground",
     "agent_retry",
     "agent_send_message",

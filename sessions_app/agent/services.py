@@ -23,6 +23,7 @@ from runtime import (
     Sent,
     TurnEnded,
 )
+from runtime.replay import Replayed, ReplayPlan, ReplaySource
 from sessions_app.agent.deltas import delta_publisher, host_loop
 from sessions_app.agent.engine import (
     Engine,
@@ -74,6 +75,16 @@ def _retry(
     )
 
 
+def _replay(
+    session_id: SessionRef, source: ReplaySource, plans: Sequence[ReplayPlan]
+) -> Work[Replayed]:
+    """Replay a recorded request once per plan, one turn after another (see
+    `runtime.replay`); the caller has checked the request's hash. Refused while a turn
+    runs."""
+    sid, host = session_key(session_id), host_loop()
+    return lambda e: e.runtime.replay(sid, source, plans, on_delta=delta_publisher(host, None))
+
+
 def _wait(session_id: SessionRef, timeout: float | None = None) -> Work[list[TurnEnded] | None]:
     """Wait until this process's run of the session ends; None if it runs none."""
     sid = session_key(session_id)
@@ -118,6 +129,7 @@ def _navigate(
 
 agent_send_message, aagent_send_message = twins(_send_message)
 agent_retry, aagent_retry = twins(_retry)
+agent_replay, aagent_replay = twins(_replay)
 agent_wait, aagent_wait = twins(_wait, start=False)
 agent_decide_approval, aagent_decide_approval = twins(_decide_approval)
 agent_pending_approvals, aagent_pending_approvals = twins(_pending_approvals)

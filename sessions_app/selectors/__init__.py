@@ -11,6 +11,7 @@ Modules by what they read:
 - `context`: the model context of a leaf, read from its kept window;
 - `compare`: two branches side by side, read from their common ancestor down;
 - `requests`: a model request rebuilt exactly, the context view of a branch;
+- `replays`: the answers of a replay group side by side with the original one;
 - `turns`: turn numbers, and the state of the latest turn (`projections.turns` folds it);
 - `events`, `entries`: pages of the log, the whole log as a stream for exports.
 
@@ -47,6 +48,7 @@ from sessions_app.selectors.pages import (
     shown_leaf,
     trace_window,
 )
+from sessions_app.selectors.replays import replay_group
 from sessions_app.selectors.requests import (
     CONTEXT_MESSAGES,
     ContextWindow,
@@ -118,6 +120,7 @@ __all__ = [
     "next_context",
     "open_turn_approvals",
     "path_window",
+    "replay_group",
     "request_context",
     "request_view",
     "requests_of",
