@@ -488,6 +488,7 @@ class RequestAuditAdmin(admin.ModelAdmin):
             ),
             "row": row,
             "session": session,
+            "can_replay": access.can_change(request.user, session),
             "context_url": context_url(
                 row.session_id, row.seq if row.type == "request/sent" else None
             ),

@@ -147,3 +147,31 @@ class ApprovalForm(forms.Form):
 
 class CompactForm(forms.Form):
     instructions = forms.CharField(max_length=MAX_INSTRUCTIONS_CHARS, required=False)
+
+
+class ReplayForm(forms.Form):
+    """A replay of a recorded request: the presets (each run `count` times) and optional
+    overrides; left empty, the system prompt is the recorded one and the parameters the
+    preset's. The service checks the bounds again (`sessions_app.replay`)."""
+
+    presets = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+    count = forms.IntegerField(min_value=1, max_value=5, initial=1)
+    system_prompt = forms.CharField(max_length=100_000, required=False, strip=False)
+    temperature = forms.FloatField(min_value=0.0, max_value=2.0, required=False)
+    max_tokens = forms.IntegerField(min_value=1, max_value=1_000_000, required=False)
+    thinking_level = forms.ChoiceField(
+        required=False,
+        choices=[("", "the preset's")]
+        + [(level, level) for level in ("off", "minimal", "low", "medium", "high", "xhigh")],
+    )
+
+    def __init__(self, *args: Any, preset_names: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["presets"]
+        assert isinstance(field, forms.MultipleChoiceField)
+        field.choices = [(name, name) for name in preset_names]
+
+    def params(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        chosen = {"temperature": data.get("temperature"), "max_tokens": data.get("max_tokens")}
+        return {name: value for name, value in chosen.items() if value is not None}

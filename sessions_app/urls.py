@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_app import views
+from sessions_app import replay_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,6 +21,16 @@ urlpatterns = [
     ),
     path("sessions/<uuid:session_id>/label", views.session_label, name="session-label"),
     path("sessions/<uuid:session_id>/compare", views.session_compare, name="session-compare"),
+    path(
+        "sessions/<uuid:session_id>/requests/<int:seq>/replay",
+        replay_views.request_replay,
+        name="session-request-replay",
+    ),
+    path(
+        "sessions/<uuid:session_id>/replays/<int:group>",
+        replay_views.replay_group,
+        name="session-replay-group",
+    ),
     path("sessions/<uuid:session_id>/fork", views.session_fork, name="session-fork"),
     path("sessions/<uuid:session_id>/messages", views.session_send, name="session-send"),
     path("sessions/<uuid:session_id>/resend", views.session_resend, name="session-resend"),
