@@ -9,8 +9,9 @@ the run.
   `CLUSTER_VIEWERS` against the cluster (HAProxy in front of 2 processes, as `make
   cluster`): connected, dropped, refused and retried, and the time until the last `ready`.
 - **latency**: with those viewers connected, a writer appends 5 events a second (100
-  events); each viewer notes when each event arrives. Latency is arrival time minus the
-  moment `append_events` returned (after commit), on one clock.
+  events); each viewer notes when its event loop read each event's frame from the socket
+  (before parsing it). Latency is that moment minus the moment `append_events` returned
+  (after commit), both on `time.monotonic()`.
 - **restart**: on the cluster, with the writer appending, one process is killed (SIGKILL)
   and started again: the time until every viewer it held has reconnected and caught up
   (`ready`), and then every viewer must hold every event exactly once, in order.

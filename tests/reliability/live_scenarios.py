@@ -25,7 +25,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +85,33 @@ def reconnect_delay(failures: int) -> float:
     return random.uniform(0, cap)
 
 
+@functools.cache
+def _stamped_connection() -> type[Any]:
+    """websockets' client connection, noting for each message the moment the event loop read
+    the bytes that completed it from the socket (before websockets parses them, before the
+    viewer's task wakes up and decodes the JSON)."""
+    from websockets.asyncio.client import ClientConnection
+    from websockets.frames import DATA_OPCODES, Frame
+
+    class StampedConnection(ClientConnection):
+        read_at = 0.0
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.stamps: deque[float] = deque()
+
+        def data_received(self, data: bytes) -> None:
+            self.read_at = time.monotonic()
+            super().data_received(data)
+
+        def process_event(self, event: Any) -> None:
+            if isinstance(event, Frame) and event.fin and event.opcode in DATA_OPCODES:
+                self.stamps.append(self.read_at)
+            super().process_event(event)
+
+    return StampedConnection
+
+
 @dataclass
 class Viewer:
     """One live viewer of a session, reconnecting as the browser client does."""
@@ -93,7 +120,7 @@ class Viewer:
     headers: Mapping[str, str]
     last_seq: int = -1
     received: list[int] = field(default_factory=list)  # every event's seq, as it came
-    arrivals: dict[int, float] = field(default_factory=dict)
+    arrivals: dict[int, float] = field(default_factory=dict)  # seq → when read (monotonic)
     doubled: int = 0  # events at or below the last seq held
     skipped: int = 0  # events that came after a gap
     connects: int = 0
@@ -117,11 +144,13 @@ class Viewer:
                     open_timeout=45,
                     ping_interval=None,
                     close_timeout=5,
+                    create_connection=_stamped_connection(),
                 ) as ws:
                     self.socket = ws
                     self.connects += 1
+                    stamps: deque[float] = ws.stamps  # type: ignore[attr-defined]
                     async for raw in ws:
-                        self._receive(json.loads(raw))
+                        self._receive(json.loads(raw), stamps.popleft())
                     code = ws.close_code or 1006
             except websockets.ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else 1006
@@ -133,7 +162,7 @@ class Viewer:
                 self.socket = None
             if stop.is_set():
                 return
-            self.closes.append(time.time())
+            self.closes.append(time.monotonic())
             if code in CLOSED_FOR_GOOD:
                 self.errors[f"closed with {code}"] += 1
                 return
@@ -143,7 +172,7 @@ class Viewer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), reconnect_delay(self.failures))
 
-    def _receive(self, message: Mapping[str, Any]) -> None:
+    def _receive(self, message: Mapping[str, Any], read_at: float) -> None:
         if message["type"] == "event":
             seq = message["seq"]
             self.received.append(seq)
@@ -153,9 +182,9 @@ class Viewer:
             if seq != self.last_seq + 1:
                 self.skipped += 1
             self.last_seq = seq
-            self.arrivals[seq] = time.time()
+            self.arrivals[seq] = read_at
         elif message["type"] == "ready":
-            self.readies.append(time.time())
+            self.readies.append(time.monotonic())
             self.failures = 0
 
     def exact(self, last_seq: int) -> bool:
@@ -177,7 +206,7 @@ class Crowd:
     def start(cls, url: str, headers: Mapping[str, str], count: int) -> Crowd:
         stop = asyncio.Event()
         viewers = [Viewer(url, headers) for _ in range(count)]
-        started = time.time()
+        started = time.monotonic()
         tasks = [asyncio.create_task(v.run(stop)) for v in viewers]
         return cls(viewers, stop, tasks, started)
 
@@ -188,15 +217,15 @@ class Crowd:
         """Seconds from the start until every viewer had its first `ready`; None if some
         had none by the deadline."""
         deadline = self.started + deadline_s
-        while self.connected() < len(self.viewers) and time.time() < deadline:
+        while self.connected() < len(self.viewers) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         if self.connected() < len(self.viewers):
             return None
         return max(v.readies[0] for v in self.viewers) - self.started
 
     async def until_caught_up(self, last_seq: int, timeout_s: float) -> bool:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
             if all(v.last_seq >= last_seq for v in self.viewers):
                 return True
             await asyncio.sleep(0.1)
@@ -298,7 +327,7 @@ def _write(
     try:
         for n in range(events):
             seq = store.append_events(session_id, seq, [_label(n)]).last_seq
-            commits[seq] = time.time()
+            commits[seq] = time.monotonic()
             if rate:
                 time.sleep(1 / rate)
     finally:
@@ -435,7 +464,7 @@ def on_cluster(
                 _write_meanwhile(session_id, seq, restart_events, rate, {})
             )
             await asyncio.sleep(min(5.0, restart_events / rate / 4))
-            killed_at = time.time()
+            killed_at = time.monotonic()
             await asyncio.to_thread(cluster.kill, 0)
             await asyncio.to_thread(cluster.respawn, 0)
             final = await writing
