@@ -47,6 +47,8 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     "summary": (30, 600),
     # Compacting by hand: one model call over the path.
     "compact": (30, 600),
+    # Replaying a recorded request: up to five turns, one after another.
+    "replay": (20, 600),
     # Searching the session list: the page's full-text search reads every message of the
     # user's sessions; the API's title filter counts too. Typing in the search box sends
     # one search per pause.
@@ -64,6 +66,7 @@ SCOPE_NAMES: Mapping[str, str] = {
     "fork": "forks",
     "summary": "branch summaries",
     "compact": "compactions",
+    "replay": "replays",
     "search": "searches",
     "token": "new tokens",
 }

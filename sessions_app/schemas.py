@@ -589,6 +589,51 @@ class CompactOut(Schema):
     summary: str
 
 
+# --- replays -------------------------------------------------------------------------------
+
+REPLAYS_MAX = 5  # sessions_app.replay.MAX_REPLAYS
+
+
+class ReplayIn(Schema):
+    """One replay with `preset`, or several: each of `presets`, `count` times over (at most
+    five in all)."""
+
+    preset: str | None = Field(
+        None, min_length=1, max_length=NAME_MAX, description="Default: the session's preset"
+    )
+    presets: list[str] | None = Field(None, min_length=1, max_length=REPLAYS_MAX)
+    count: int = Field(1, ge=1, le=REPLAYS_MAX)
+    system_prompt: str | None = Field(None, max_length=MESSAGE_MAX)
+    params: dict[str, float | int] | None = Field(
+        None,
+        max_length=10,
+        description="Overrides: temperature, top_p, max_tokens, presence_penalty, "
+        "frequency_penalty, seed",
+    )
+    thinking_level: str | None = Field(None, max_length=20)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ReplayIn:
+        if self.preset is not None and self.presets is not None:
+            raise ValueError("name either preset or presets, not both")
+        for name in self.presets or ():
+            if not 1 <= len(name) <= NAME_MAX:
+                raise ValueError(f"a preset name is 1 to {NAME_MAX} characters")
+        return self
+
+
+class ReplayOut(Schema):
+    group: int = Field(..., description="The replay group: its first turn")
+    turns: list[int] = Field(..., description="The turns the replays run as, in order")
+    request_seq: int
+    group_url: str = Field(..., description="The answers side by side (progress meanwhile)")
+    compare_url: str = Field(
+        ...,
+        description="Leads to the comparison of the original answer with the (first) replay "
+        "once it has answered",
+    )
+
+
 # --- Pi files ------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Running the agent: messages, steering and follow-ups, cancel, retry, approvals, compaction."""
+"""Running the agent: messages, steering and follow-ups, cancel, retry, replays, approvals,
+compaction."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
+from django.urls import reverse
 from ninja import Router
 from ninja.responses import Status
 
-from sessions_app import access, agent, ratelimit, selectors
+from sessions_app import access, agent, ratelimit, replay, selectors
 from sessions_app.api.base import ERRORS, auth_user
 from sessions_app.errors import DomainError
+from sessions_app.presets import preset_name_of
 from sessions_app.schemas import (
     ApprovalDecisionIn,
     ApprovalOut,
@@ -21,6 +24,8 @@ from sessions_app.schemas import (
     CompactOut,
     ErrorOut,
     MessageIn,
+    ReplayIn,
+    ReplayOut,
     RetryIn,
     SentOut,
     plain,
@@ -69,6 +74,41 @@ def turn_retry(request: HttpRequest, session_id: uuid.UUID, body: RetryIn) -> An
     session = access.session_for(user, session_id, write=True)
     ratelimit.rate_hit(user, "message")
     return Status(202, plain(agent.agent_retry(session, body.entry_id)))
+
+
+@router.post(
+    "/sessions/{session_id}/requests/{seq}/replay", response={202: ReplayOut, ERRORS: ErrorOut}
+)
+def request_replay(request: HttpRequest, session_id: uuid.UUID, seq: int, body: ReplayIn) -> Any:
+    """Send the model request recorded at `seq` (a `request/sent`) again from its leaf, with
+    a preset the server offers (default: the session's) and optional overrides; several
+    replays (`presets`, `count`: at most five) run one after another. Each answer becomes a
+    sibling of the original answer. 404 for an unknown request, 409 while a turn runs or
+    when the recorded payload no longer matches its hash, 422 for an unknown preset or a
+    bad override; staff may read but not replay (403)."""
+    user = auth_user(request)
+    session = access.session_for(user, session_id, write=True)
+    names = body.presets or [body.preset or preset_name_of(session.preset)]
+    plans = replay.replay_plans(
+        preset_names=names,
+        count=body.count,
+        system_prompt=body.system_prompt,
+        params=body.params,
+        thinking_level=body.thinking_level,
+    )
+    ratelimit.rate_hit(user, "replay")
+    started = replay.replay_start(session, seq, plans)
+    group_url = reverse("session-replay-group", args=[session.id, started.group])
+    return Status(
+        202,
+        {
+            "group": started.group,
+            "turns": list(started.turns),
+            "request_seq": seq,
+            "group_url": group_url,
+            "compare_url": f"{group_url}?then=compare",
+        },
+    )
 
 
 @router.get("/sessions/{session_id}/approvals", response={200: list[ApprovalOut], ERRORS: ErrorOut})

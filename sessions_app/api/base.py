@@ -20,8 +20,9 @@ batch at most `STRAND_MAX_BATCH` events, a Pi upload at most `STRAND_MAX_IMPORT_
 Every costly door is rate limited per user (`sessions_app.ratelimit`, scopes in brackets):
 sending a message, steering or following up [message], importing [import], appending events
 [append], creating [session] and forking [fork] sessions, navigating with a summary
-[summary], compacting [compact], filtering the list by `q` [search] and making tokens
-[token]. The hit is counted before any work, so a refused request (429) changes nothing.
+[summary], compacting [compact], replaying a recorded request [replay], filtering the
+list by `q` [search] and making tokens [token]. The hit is counted before any work, so a
+refused request (429) changes nothing.
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ _STATUS_BY_CODE = {
     "workspace_not_allowed": 403,
     # A session whose preset the server no longer offers: refused at its next turn.
     "preset_unavailable": 409,
+    # A recorded request whose rebuilt payload does not hash to its manifest's: not replayed.
+    "payload_mismatch": 409,
     "rate_limited": 429,
 }
 _CODE_BY_STATUS = {

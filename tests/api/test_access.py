@@ -92,6 +92,8 @@ SESSION_ENDPOINTS = [
     Endpoint("POST", "/sessions/{sid}/fork", {"entry_id": "{entry}"}, True, 201),
     # The leaf is a reply that did not fail: the owner is told there is nothing to retry.
     Endpoint("POST", "/sessions/{sid}/retry", {}, True, 422),
+    # The latest request (an answer that asks for no tool), replayed with the same preset.
+    Endpoint("POST", "/sessions/{sid}/requests/{last_request}/replay", {}, True, 202, True),
     Endpoint("DELETE", "/sessions/{sid}", None, True, 204),
 ]
 
@@ -115,9 +117,9 @@ def test_every_api_path_is_in_the_matrix() -> None:
         for method in item
     }
     covered = {
-        f"{e.method.lower()} {e.path.split('?')[0]}".replace("{sid}", "{session_id}").replace(
-            "{approval}", "{approval_id}"
-        )
+        f"{e.method.lower()} {e.path.split('?')[0]}".replace("{sid}", "{session_id}")
+        .replace("{approval}", "{approval_id}")
+        .replace("{last_request}", "{seq}")
         for e in SESSION_ENDPOINTS + ACCOUNT_ENDPOINTS
     } | {"post /tokens", "delete /tokens/{token_id}"}
     assert {d.lower() for d in documented} == covered
@@ -131,13 +133,22 @@ class World:
     approval: str
     alice_token_id: int
 
+    def last_request(self) -> int:
+        """The seq of the session's latest model request (a `request/sent`)."""
+        events = store.events_after(self.session.id, -1, 10_000)
+        return [e.seq for e in events if e.type == "request/sent"][-1]
+
     def fill(self, value: Any, sid: uuid.UUID | None = None) -> Any:
         if isinstance(value, str):
             if value == "{last_seq}":
                 self.session.refresh_from_db(fields=["last_seq"])
                 return self.session.last_seq
             return value.format(
-                sid=sid or self.session.id, entry=self.entry, seq=self.seq, approval=self.approval
+                sid=sid or self.session.id,
+                entry=self.entry,
+                seq=self.seq,
+                approval=self.approval,
+                last_request=self.last_request() if "{last_request}" in value else "",
             )
         if isinstance(value, dict):
             return {k: self.fill(v, sid) for k, v in value.items()}
