@@ -3,7 +3,9 @@
 One Postgres (DATABASE_URL, or the embedded one), Redis for the channel layer (REDIS_URL;
 when unset, a private redis-server is started if one is installed), `STRAND_WORKERS` daphne
 processes (2) on the ports after `STRAND_PORT` (8000), and HAProxy on `STRAND_PORT` with the
-configuration of `deploy/haproxy.py`, written to `.strand/cluster/haproxy.cfg`.
+configuration of `deploy/haproxy.py`, written to `.strand/cluster/haproxy.cfg`. The
+processes run with `STRAND_TRUSTED_PROXIES=1`: the address a request counts under is the
+one HAProxy forwards.
 
 While it runs: a process that exits is started again; `kill -HUP <pid of this command>`
 restarts the processes one after another, each drained first (HAProxy sends it no new
@@ -30,6 +32,9 @@ from deploy.daphne import wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 # After a drain, how long a process may finish the HTTP requests it has before it stops.
 DRAIN_S = float(os.environ.get("STRAND_DRAIN_S", "2"))
+# The processes see every connection come from HAProxy, which appends the client's address
+# to X-Forwarded-For (`option forwardfor`): they believe that one proxy.
+PROCESS_ENV = {"STRAND_TRUSTED_PROXIES": "1"}
 
 
 def _unblock() -> None:
@@ -64,7 +69,7 @@ class Cluster:
         out = subprocess.DEVNULL if self.quiet else None
         return {
             "cwd": ROOT,
-            "env": {**os.environ, **self.env},
+            "env": {**os.environ, **PROCESS_ENV, **self.env},
             "stdout": out,
             "stderr": out,
             "preexec_fn": _unblock,

@@ -13,6 +13,10 @@ shows for production (there with TLS on the front and the servers on their own h
 - `retries` and `option redispatch`: a connection that a dead process refuses is retried on
   another at once, before the health check has noticed.
 - `timeout tunnel`: how long an upgraded websocket may stay silent (daphne pings every 20 s).
+- `option forwardfor`: every request carries the client's address in `X-Forwarded-For`, so
+  that sign-in throttling counts each client by its own address, not all of them as the
+  proxy's; the processes believe that one proxy (`STRAND_TRUSTED_PROXIES=1`, which
+  `deploy/cluster.py` sets) and nothing a client wrote to the left of it.
 - a runtime API socket (`stats socket`): `drain()` stops new connections to one process
   while it finishes, `ready()` opens it again (the cluster's rolling restart uses both).
 """
@@ -81,6 +85,7 @@ def config(
         "    timeout client-fin 5s",
         "    retries 3",
         "    option redispatch 1",
+        "    option forwardfor",
         "",
         "frontend strand_front",
         f"    bind {front}",
