@@ -10,6 +10,7 @@ screenshot under test-artifacts/screenshots/.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -44,6 +45,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 PASSWORD = "a-long-test-password-42"
+OTHER_PRESET = "offline-2"  # offered beside the built-in one (replays choose it)
 
 
 @pytest.fixture(scope="session")
@@ -153,6 +155,10 @@ def servers(
         "STRAND_WORKSPACE_ROOTS": str(workspace),
         "STRAND_OFFLINE_CHUNK_DELAY_MS": "30",
         "PYTHONUNBUFFERED": "1",
+        # A second preset the servers offer, for replays with another model.
+        "STRAND_PRESETS": json.dumps(
+            {OTHER_PRESET: {"provider": "offline", "model": "strand-offline-2"}}
+        ),
     }
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     logs = tmp_path_factory.mktemp("daphne")
