@@ -114,3 +114,18 @@ def test_staff_see_the_page_but_not_the_form_and_others_see_nothing(
     assert client_for(None).get(url).status_code == 302  # to sign in
     assert staff.get(f"/sessions/{session.id}/requests/{seq + 1}/replay").status_code == 404
     assert staff.get(f"/sessions/{session.id}/replays/{seq}").status_code == 404
+
+
+def test_the_audit_detail_offers_the_replay_page_to_staff_as_owner_only(
+    ran: tuple[Session, int], carol: User
+) -> None:
+    from sessions_app.selectors.audit import audit_row_at
+
+    session, seq = ran
+    row = audit_row_at(session.id, seq)
+    assert row is not None
+    page = client_for(carol).get(f"/admin/sessions_app/requestaudit/{row.pk}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert f"/sessions/{session.id}/requests/{seq}/replay" in text
+    assert "Replay… (owner only)" in text
