@@ -31,6 +31,7 @@ from projections.header_diff import header_changed
 from sessions_app import admin_audit
 from sessions_app.models import Event, RequestAudit, Session
 from sessions_app.selectors import audit
+from sessions_app.store import NewEvent
 from tests.security.test_csp import assert_strict_policy, refused
 from tests.sessions_app.audit_data import WRONG_HASH, AuditLog, audit_log, written_on
 
@@ -466,6 +467,49 @@ def test_usage_per_day_user_and_model(desk: Desk) -> None:
         "(none) / (none)",  # the request whose header is missing
     }
     assert overview.total.requests == 5 and overview.total.cost == Decimal("0.81")
+
+
+def test_a_reply_is_the_first_answer_before_the_next_request_or_step_end(alice: User) -> None:
+    """Most replies follow their request at once; the others are found by the rule: a
+    retried attempt has none, a reply after an inbox event is still the request's, and
+    a step that ended before any answer leaves its request without one."""
+    log = audit_log(alice, "Replies apart")
+    header = log.set_header()
+    sent = {"header_seq": header, "leaf_entry_id": None, "payload_sha256": WRONG_HASH}
+
+    def request(attempt: int = 1) -> NewEvent:
+        return NewEvent("request/sent", {**sent, "token_estimate": 5, "attempt": attempt})
+
+    def reply(tokens: int, cost: float) -> NewEvent:
+        usage = {"input": tokens, "output": 1, "totalTokens": tokens + 1, "cost": {"total": cost}}
+        message = {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}
+        entry = {"type": "message", "message": {**message, "usage": usage, "stopReason": "stop"}}
+        return NewEvent("assistant/message", {"entry": entry})
+
+    first = header + 1
+    log._append(
+        [
+            request(),  # first: retried, so it has no reply
+            request(attempt=2),  # first + 1: answered after an inbox event
+            NewEvent("inbox/queued", {"inbox_id": "i1", "target": "next_step", "text": "hi"}),
+            reply(100, 0.5),
+            request(),  # first + 4: the step ended before an answer
+            NewEvent("step/end", {"turn": 1, "step": 0}),
+            reply(1000, 5),
+            request(),  # first + 7: answered at once
+            reply(10, 0.25),
+        ]
+    )
+    expected = {first: None, first + 1: 100, first + 4: None, first + 7: 10}
+    rows = audit.audit_rows().filter(session=log.session, type="request/sent")
+    exported = {r["seq"]: r["input_tokens"] for r in audit.audit_export_rows(rows)}
+    assert exported == expected
+    facts = audit.audit_row_facts(list(rows), check=False)
+    assert {row.seq: facts[row.pk].input_tokens for row in rows} == expected
+    overview = audit.usage_overview(rows)
+    assert overview.total.requests == 4
+    assert (overview.total.input_tokens, overview.total.total_tokens) == (110, 112)
+    assert overview.total.cost == Decimal("0.75")
 
 
 def test_the_usage_page_draws_each_chart_with_its_table(staff: Client, desk: Desk) -> None:
