@@ -137,28 +137,67 @@ def compare_branches(
     their kept windows, since the paths alone no longer reach the root."""
     depth = common_ancestor_depth(path_a, path_b)
     branch_a, branch_b = path_a[depth + 1 :], path_b[depth + 1 :]
-    total = max(len(branch_a), len(branch_b))
-    offset = max(0, min(offset, total))
+    offset, end = window_bounds(len(branch_a), len(branch_b), offset=offset, limit=limit)
+    return compare_window(
+        ancestor=path_a[depth] if depth >= 0 else None,
+        leaf_a=path_a[-1].id if path_a else None,
+        leaf_b=path_b[-1].id if path_b else None,
+        window_a=branch_a[offset:end],
+        window_b=branch_b[offset:end],
+        lengths=(len(branch_a), len(branch_b)),
+        offset=offset,
+        limit=limit,
+        totals=(branch_totals(branch_a, events_a), branch_totals(branch_b, events_b)),
+        contexts=contexts or (next_context(path_a), next_context(path_b)),
+    )
+
+
+def window_bounds(length_a: int, length_b: int, *, offset: int, limit: int) -> tuple[int, int]:
+    """The rows [start, end) a window from `offset` of at most `limit` rows shows of two
+    branches of these lengths below their ancestor."""
+    total = max(length_a, length_b)
+    start = max(0, min(offset, total))
+    return start, min(total, start + max(1, limit))
+
+
+def compare_window(
+    *,
+    ancestor: EntryRecord | None,
+    leaf_a: str | None,
+    leaf_b: str | None,
+    window_a: Sequence[EntryRecord],
+    window_b: Sequence[EntryRecord],
+    lengths: tuple[int, int],
+    offset: int,
+    limit: int,
+    totals: tuple[BranchTotals, BranchTotals],
+    contexts: tuple[SessionContext, SessionContext],
+) -> BranchComparison:
+    """The comparison from what a store reads for one window: the entries of each branch
+    at rows `offset` on (from `window_bounds`; a branch that ends sooner gives fewer), the
+    branches' lengths below the ancestor and their totals, and the two leaves' next
+    contexts. Its work follows the window, not the branches' length."""
+    total = max(lengths)
     end = min(total, offset + max(1, limit))
     rows = tuple(
         CompareRow(
             index=i,
-            a=compare_item(branch_a[i]) if i < len(branch_a) else None,
-            b=compare_item(branch_b[i]) if i < len(branch_b) else None,
+            a=compare_item(window_a[i - offset]) if i - offset < len(window_a) else None,
+            b=compare_item(window_b[i - offset]) if i - offset < len(window_b) else None,
         )
         for i in range(offset, end)
     )
     return BranchComparison(
-        ancestor=compare_item(path_a[depth]) if depth >= 0 else None,
-        leaf_a=path_a[-1].id if path_a else None,
-        leaf_b=path_b[-1].id if path_b else None,
+        ancestor=compare_item(ancestor) if ancestor is not None else None,
+        leaf_a=leaf_a,
+        leaf_b=leaf_b,
         rows=rows,
         offset=offset,
         total_rows=total,
         more=end if end < total else None,
-        totals_a=branch_totals(branch_a, events_a),
-        totals_b=branch_totals(branch_b, events_b),
-        context=context_diff(*(contexts or (_context(path_a), _context(path_b))), limit=limit),
+        totals_a=totals[0],
+        totals_b=totals[1],
+        context=context_diff(*contexts, limit=limit),
     )
 
 
@@ -296,8 +335,8 @@ def context_diff(
     )
 
 
-def _context(path: Sequence[EntryRecord]) -> SessionContext:
-    # Pi's context of the path's leaf, from the whole root→leaf path.
+def next_context(path: Sequence[EntryRecord]) -> SessionContext:
+    """Pi's context of the path's leaf, from the whole root→leaf path."""
     return build_session_context(path, path[-1].id if path else None)
 
 

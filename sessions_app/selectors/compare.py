@@ -1,45 +1,233 @@
-"""Two branches of a session compared. Read: the two branches below their common ancestor,
-the events of the turns that wrote them, and what the two next contexts need (the path
-above the ancestor, once; or, when a path was compacted, the two leaves' kept windows). The
-common ancestor is found by a walk that returns ids only."""
+"""Two branches of a session compared, read for one window of rows.
+
+Both branches are below their common ancestor, and every entry is appended after its
+parent, so all of them lie in the seqs from the ancestor's to the later leaf's. That range
+is read backwards from the leaves, a chunk at a time (each twice the last), ids only,
+until the two climbs from the leaves meet or pass their roots: the work follows the
+distance from the leaves back to their ancestor, never the rest of the session.
+
+Then: the entries of the rows shown; the few facts the totals sum of each branch entry
+(its turn, role, an assistant message's tokens, cost and tool calls, a tool result's error
+flag); one aggregate row per turn of either branch (its requests, whether it was
+interrupted, its wall time); and the two leaves' next contexts (their kept windows;
+without a compaction, the path above the ancestor is read once).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
 from django.db import connection
 
-from projections.compare import DEFAULT_COMPARE_ROWS, BranchComparison, compare_branches
-from projections.records import EntryRecord, EventRecord
+from projections.chat import NOT_STARTED, OUTCOME_UNKNOWN
+from projections.compare import (
+    DEFAULT_COMPARE_ROWS,
+    BranchComparison,
+    BranchTotals,
+    compare_window,
+    next_context,
+    window_bounds,
+)
+from projections.context import SessionContext
 from sessions_app import store
 from sessions_app.models import Session
 from sessions_app.selectors.context import session_context
-from sessions_app.selectors.turns import turns_of_entries
 
-_UP = """
-    {name} AS (
-        SELECT id, entry_id, parent_id, depth FROM sessions_app_entry
-        WHERE session_id = %(s)s AND entry_id = %({leaf})s
-        UNION ALL
-        SELECT up.id, up.entry_id, up.parent_id, up.depth
-        FROM {name} p CROSS JOIN LATERAL (
-            SELECT e.id, e.entry_id, e.parent_id, e.depth FROM sessions_app_entry e
-            WHERE e.session_id = %(s)s AND e.entry_id = p.parent_id AND e.depth < p.depth
-            LIMIT 1
-        ) up
-    )"""
+FIRST_CHUNK = 4096  # seqs read back from the later leaf at first; each next chunk doubles
+
+# What the trace counts, read where it is: an assistant message's usage (its totalTokens,
+# or the sum of its parts), its tool calls, and a tool result's error flag.
+_ROLE = "CASE WHEN e.type = 'message' THEN e.data #>> '{message,role}' END"
+
+
+def _number(*path: str) -> str:
+    at = f"e.data #> '{{message,{','.join(path)}}}'"
+    return f"CASE WHEN jsonb_typeof({at}) = 'number' THEN trunc(({at})::numeric) ELSE 0 END"
+
+
+_TOKENS = (
+    f"coalesce(nullif({_number('usage', 'totalTokens')}, 0), "
+    + " + ".join(_number("usage", p) for p in ("input", "output", "cacheRead", "cacheWrite"))
+    + ")"
+)
+_COST = (
+    "CASE WHEN jsonb_typeof(e.data #> '{message,usage,cost,total}') = 'number' "
+    "THEN (e.data #> '{message,usage,cost,total}')::float8 ELSE 0 END"
+)
+_CALLS = (
+    "CASE WHEN jsonb_typeof(e.data #> '{message,content}') = 'array' THEN jsonb_array_length("
+    "jsonb_path_query_array(e.data, '$.message.content[*] ? (@.type == \"toolCall\")')) "
+    "ELSE 0 END"
+)
+# The climb reads ids only; the facts are read for the branches' entries alone.
+_RANGE = """
+SELECT e.entry_id, e.parent_id, e.depth, e.seq FROM sessions_app_entry e
+WHERE e.session_id = %(s)s AND e.seq >= %(lo)s AND e.seq < %(hi)s
+"""
+# Every entry in the branches' range of seqs (both ranges read in seq order, side by side),
+# with the turn of the event that added it; the caller keeps the branches' own.
+_FACTS = f"""
+SELECT e.seq, ev.turn, f.role,
+       CASE WHEN f.role = 'assistant' THEN {_TOKENS} ELSE 0 END,
+       CASE WHEN f.role = 'assistant' THEN {_COST} ELSE 0 END,
+       CASE WHEN f.role = 'assistant' THEN {_CALLS} ELSE 0 END,
+       f.role = 'toolResult' AND coalesce(e.data #> '{{message,isError}}' = 'true'::jsonb, false)
+FROM sessions_app_entry e
+JOIN sessions_app_event ev ON ev.seq = e.seq
+CROSS JOIN LATERAL (SELECT {_ROLE} AS role) f
+WHERE e.session_id = %(s)s AND e.seq >= %(lo)s AND e.seq <= %(hi)s
+  AND ev.session_id = %(s)s AND ev.seq >= %(lo)s AND ev.seq <= %(hi)s
+"""
+
+# Per turn: its requests (the manifests, or the replies where a reply has none), whether
+# it was interrupted, and its wall time in microseconds, to its turn/end or, for an
+# interrupted turn, to the last event its own process wrote (recovery's closers come
+# later). Turns still open have no wall time. (Narrow rows first: the sort stays small.)
+_TURNS = """
+SELECT turn, greatest(sent, replies), interrupted,
+       (extract(epoch FROM CASE WHEN interrupted THEN coalesce(alive, started) ELSE ended END
+                         - started) * 1000000)::bigint
+FROM (
+    SELECT turn,
+           count(*) FILTER (WHERE type = 'request/sent') AS sent,
+           count(*) FILTER (WHERE type = 'assistant/message') AS replies,
+           min(time) AS started,
+           max(time) FILTER (WHERE type = 'turn/end') AS ended,
+           coalesce(bool_or(reason = 'interrupted') FILTER (WHERE type = 'turn/end'), false)
+               AS interrupted,
+           max(time) FILTER (WHERE type NOT IN ('turn/end', 'step/end') AND NOT recovered)
+               AS alive
+    FROM (
+        SELECT e.turn, e.type, e.time,
+               CASE WHEN e.type = 'turn/end' THEN e.data->>'reason' END AS reason,
+               e.type = 'tool/result'
+                   AND coalesce(e.data->>'error_code', '') = ANY(%(cut)s) AS recovered
+        FROM sessions_app_event e
+        WHERE e.session_id = %(s)s AND e.turn = ANY(%(turns)s)
+    ) e
+    GROUP BY turn
+) t
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """Where one entry hangs."""
+
+    id: str
+    parent: str | None
+    depth: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the totals sum of one entry."""
+
+    turn: int | None
+    role: str | None
+    tokens: int
+    cost: float
+    calls: int
+    error: bool
+
+
+@dataclass(frozen=True)
+class Branch:
+    """The entries below the common ancestor on one side, root side first."""
+
+    nodes: list[_Node] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.nodes]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    ancestor: str | None
+    depth: int  # the ancestor's, -1 without one
+    a: Branch
+    b: Branch
+
+
+def divergence(session: Session, a: str, b: str) -> Divergence:
+    """Where the paths to `a` and to `b` part (both must exist), and the entries below on
+    each side."""
+    heads = {e.id: e for e in store.entries_by_id(session.id, [a, b])}
+    hi = max(heads[a].seq, heads[b].seq) + 1
+    known: dict[str, _Node] = {}
+    chunk = FIRST_CHUNK
+    while True:
+        lo = max(0, hi - chunk)
+        known.update((e.id, e) for e in _read_range(session, lo, hi))
+        met = _meet(known, a, b, complete=lo == 0)
+        if met is not None:
+            break
+        hi, chunk = lo, chunk * 2
+    top, side_a, side_b = met
+    depth = known[top].depth if top is not None else -1
+    return Divergence(top, depth, Branch(side_a[::-1]), Branch(side_b[::-1]))
+
+
+def _meet(
+    known: dict[str, _Node], a: str, b: str, *, complete: bool
+) -> tuple[str | None, list[_Node], list[_Node]] | None:
+    """(ancestor, A's entries below it, B's), leaf first, once the climbs from both leaves
+    meet, or both reach a root (no ancestor); None while the range read so far stops them.
+    `complete`: the range reaches the session's start (a parent not read is not there)."""
+    climb_a, whole_a = _climb(known, a)
+    on_a = {e.id: i for i, e in enumerate(climb_a)}
+    climb_b, whole_b = _climb(known, b)
+    for j, entry in enumerate(climb_b):
+        if entry.id in on_a:
+            return entry.id, climb_a[: on_a[entry.id]], climb_b[:j]
+    if (whole_a and whole_b) or complete:
+        return None, climb_a, climb_b
+    return None
+
+
+def _climb(known: dict[str, _Node], leaf: str) -> tuple[list[_Node], bool]:
+    """The entries from `leaf` up as far as `known` reaches; and whether that is its root."""
+    path: list[_Node] = []
+    at: str | None = leaf
+    while at is not None:
+        entry = known.get(at)
+        if entry is None:
+            return path, False
+        path.append(entry)
+        at = entry.parent
+    return path, True
+
+
+def _read_range(session: Session, lo: int, hi: int) -> Iterable[_Node]:
+    with connection.cursor() as cur:
+        cur.execute(_RANGE, {"s": str(session.id), "lo": lo, "hi": hi})
+        rows = cur.fetchall()
+    return (_Node(entry_id, parent, depth, seq) for entry_id, parent, depth, seq in rows)
+
+
+def _read_facts(session: Session, seqs: list[int]) -> dict[int, _Facts]:
+    """The facts of the entries at `seqs` (those of the others in their range are read and
+    left)."""
+    if not seqs:
+        return {}
+    wanted = set(seqs)
+    with connection.cursor() as cur:
+        cur.execute(_FACTS, {"s": str(session.id), "lo": min(seqs), "hi": max(seqs)})
+        rows = cur.fetchall()
+    return {
+        seq: _Facts(turn, role, int(tokens), float(cost), int(calls), bool(error))
+        for seq, turn, role, tokens, cost, calls, error in rows
+        if seq in wanted
+    }
 
 
 def ancestor_depth(session: Session, a: str, b: str) -> int:
-    """The depth of the deepest entry on both paths (to `a` and to `b`), -1 when none. The
-    walk returns ids only; the entries are read below the ancestor alone."""
-    with connection.cursor() as cur:
-        cur.execute(
-            f"WITH RECURSIVE {_UP.format(name='path_a', leaf='a')}, "
-            f"{_UP.format(name='path_b', leaf='b')} "
-            "SELECT max(path_a.depth) FROM path_a JOIN path_b ON path_a.id = path_b.id",
-            {"s": str(session.id), "a": a, "b": b},
-        )
-        row = cur.fetchone()
-    return int(row[0]) if row and row[0] is not None else -1
+    """The depth of the deepest entry on both paths (to `a` and to `b`), -1 when none."""
+    return divergence(session, a, b).depth
 
 
 def branch_comparison(
@@ -47,35 +235,37 @@ def branch_comparison(
 ) -> BranchComparison:
     """The comparison of the branches to entries `a` and `b` (both must exist), its rows from
     `offset` (counted from the divergence) on, at most `limit` of them."""
-    top = max(ancestor_depth(session, a, b), 0)
-    path_a = store.path_to_root(session.id, a, min_depth=top)
-    path_b = store.path_to_root(session.id, b, min_depth=top)
-    events_a = _branch_events(session, path_a, path_b)
-    events_b = _branch_events(session, path_b, path_a)
-    if _compacted(session, a, b):
-        # A context starts at its path's latest compaction: read the two kept windows.
-        contexts = (session_context(session, a), session_context(session, b))
-        return compare_branches(
-            path_a,
-            path_b,
-            events_a=events_a,
-            events_b=events_b,
-            offset=offset,
-            limit=limit,
-            contexts=contexts,
-        )
-    # Without a compaction each context is the whole path: read the shared part above the
-    # ancestor once and let the fold build both contexts from it.
-    above = path_a[0].parent_id if top and path_a else None
-    prefix = store.path_to_root(session.id, above) if above else []
-    return compare_branches(
-        prefix + path_a,
-        prefix + path_b,
-        events_a=events_a,
-        events_b=events_b,
+    split = divergence(session, a, b)
+    ids_a, ids_b = split.a.ids, split.b.ids
+    offset, end = window_bounds(len(ids_a), len(ids_b), offset=offset, limit=limit)
+    wanted = ids_a[offset:end] + ids_b[offset:end] + ([split.ancestor] if split.ancestor else [])
+    found = {e.id: e for e in store.entries_by_id(session.id, wanted)}
+    totals_a, totals_b = branch_totals(session, split.a, split.b)
+    return compare_window(
+        ancestor=found.get(split.ancestor) if split.ancestor else None,
+        leaf_a=a,
+        leaf_b=b,
+        window_a=[found[i] for i in ids_a[offset:end]],
+        window_b=[found[i] for i in ids_b[offset:end]],
+        lengths=(len(ids_a), len(ids_b)),
         offset=offset,
         limit=limit,
+        totals=(totals_a, totals_b),
+        contexts=_contexts(session, a, b, split),
     )
+
+
+def _contexts(
+    session: Session, a: str, b: str, split: Divergence
+) -> tuple[SessionContext, SessionContext]:
+    if _compacted(session, a, b):
+        # A context starts at its path's latest compaction: read the two kept windows.
+        return session_context(session, a), session_context(session, b)
+    # Without a compaction each context is the whole path: the path to A is read once,
+    # and B's below the ancestor.
+    path_a = store.path_to_root(session.id, a)
+    below_b = store.path_to_root(session.id, b, min_depth=split.depth + 1) if split.b.ids else []
+    return next_context(path_a), next_context(path_a[: split.depth + 1] + below_b)
 
 
 def _compacted(session: Session, *leaves: str) -> bool:
@@ -90,10 +280,35 @@ def _compacted(session: Session, *leaves: str) -> bool:
         return cur.fetchone() is not None
 
 
-def _branch_events(
-    session: Session, path: list[EntryRecord], other: list[EntryRecord]
-) -> list[EventRecord]:
-    """Every event of the turns that wrote the entries of `path` that `other` lacks."""
-    shared = {entry.id for entry in other}
-    turns = turns_of_entries(session, [e for e in path if e.id not in shared])
-    return store.events_of_turns(session.id, turns) if turns else []
+def branch_totals(session: Session, *branches: Branch) -> list[BranchTotals]:
+    """Totals of each branch below the ancestor: its messages', and those of the turns that
+    wrote its entries. A turn that wrote entries on both sides of the divergence counts on
+    both. One read of the entries' facts and one of the turns, for all the branches."""
+    facts = _read_facts(session, sorted({n.seq for branch in branches for n in branch.nodes}))
+    turns = sorted({f.turn for f in facts.values() if f.turn is not None})
+    per_turn: dict[int, tuple[int, bool, int | None]] = {}
+    if turns:
+        with connection.cursor() as cur:
+            cur.execute(
+                _TURNS,
+                {"s": str(session.id), "turns": turns, "cut": [OUTCOME_UNKNOWN, NOT_STARTED]},
+            )
+            per_turn = {row[0]: (int(row[1]), bool(row[2]), row[3]) for row in cur.fetchall()}
+    return [_totals([facts[n.seq] for n in b.nodes], per_turn) for b in branches]
+
+
+def _totals(entries: list[_Facts], turns: dict[int, tuple[int, bool, int | None]]) -> BranchTotals:
+    replies = [e for e in entries if e.role == "assistant"]
+    own = [turns[t] for t in {e.turn for e in entries if e.turn is not None} if t in turns]
+    wall_us = sum(us for _, _, us in own if us is not None)
+    return BranchTotals(
+        entries=len(entries),
+        tokens=sum(e.tokens for e in replies),
+        cost=sum(e.cost for e in replies),
+        responses=len(replies),
+        tool_calls=sum(e.calls for e in replies),
+        tool_errors=sum(1 for e in entries if e.error),
+        model_requests=sum(requests for requests, _, _ in own),
+        interrupted_turns=sum(1 for _, cut, _ in own if cut),
+        wall_time_ms=int(timedelta(microseconds=wall_us).total_seconds() * 1000),
+    )
