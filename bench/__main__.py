@@ -11,7 +11,7 @@ from bench.common import ROOT, Report, Row, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, audit, langgraph, live, pages, pi, tools, trees
+    from bench import append, audit, compare, langgraph, live, pages, pi, tools, trees
 
     suites = {
         "append": append.run,
@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
         "tools": tools.run,
         "trees": trees.run,
         "audit": audit.run,
+        "compare": compare.run,
     }
     chosen = argv or list(suites)
     report = Report()
@@ -112,6 +113,15 @@ def _write(report: Report, took: float) -> None:
         "  session. Bytes per entry must stay flat from 2,000 to 8,000 entries. Export memory is",
         "  the rise of the process's resident size while one export streams (sampled every",
         "  20 ms).",
+        "- **compare**: `bench/compare.py`. A session of about 100,000 events grown as the pages",
+        "  benchmark grows its own (`bench/recorded.py`), whose last 5,000-odd entries are a",
+        "  branch A; the leaf then moves back to A's first entry's parent through the store and",
+        "  a branch B of as many entries grows from there (whole repeats of the four turns, so",
+        "  both are compacted and full of tool calls). The API (`/api/sessions/{id}/compare`,",
+        "  the first rows and rows from the middle through `more_cursor`) and the page (the",
+        "  first rows, `offset` in the middle, and the summary htmx redraws on a live update)",
+        "  over HTTP from one daphne process, as the pages benchmark fetches: the first fetch",
+        "  before ANALYZE, then the median of 5 fetches after one.",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 

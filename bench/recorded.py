@@ -158,6 +158,100 @@ def grow(session: Any, events: int, recording: Recording, seed: int = 0) -> int:
     return expected
 
 
+@dataclass(frozen=True)
+class Branches:
+    ancestor: str  # the entry both branches grow from
+    leaf_a: str
+    leaf_b: str
+    entries_a: int  # below the ancestor
+    entries_b: int
+
+
+def grow_branches(
+    session: Any, events: int, recording: Recording, *, entries: int, seed: int = 0
+) -> Branches:
+    """Grow `session` (new) with repeats of the recording to about `events` events in all,
+    of which two branches of at least `entries` entries each from one ancestor (whole
+    repeats): A continues the trunk; then the leaf moves back to the ancestor (`leaf/moved`,
+    through the store like any navigation) and B grows from there, its turns numbered on
+    after A's, its ids fresh."""
+    from sessions_app import store
+
+    if session.last_seq != 0:
+        raise ValueError("grow_branches starts from a new session")
+    rng = random.Random(seed)
+    trunk = _Grower(recording, rng, next_seq=1)
+    per_entry = recording.events_per_repeat / max(1, _entries_per_repeat(recording))
+    trunk_events = max(0, events - int(2 * entries * per_entry))
+    sink = _Sink(session.id, session.last_seq)
+    while trunk.next_seq + recording.events_per_repeat + 1 <= trunk_events:
+        sink.add(trunk.repeat())
+    if trunk.leaf is None:
+        sink.add(trunk.repeat())  # a trunk of one repeat at least: the ancestor is an entry
+    ancestor = trunk.leaf
+    assert ancestor is not None
+    # B starts from the trunk as it is now (its own lists; the ids used stay shared).
+    fork = _Grower(
+        recording,
+        random.Random(seed + 1),
+        next_seq=0,
+        header_seq=trunk.header_seq,
+        leaf=trunk.leaf,
+        window=list(trunk.window),
+        model=trunk.model,
+        compaction=trunk.compaction,
+        turn_firsts=list(trunk.turn_firsts),
+        since_compaction=trunk.since_compaction,
+        used=trunk.used,
+    )
+    entries_a = _grow_branch(trunk, entries, sink)
+    fork.turn, fork.next_seq = trunk.turn, trunk.next_seq + 1
+    sink.add([store.NewEvent("leaf/moved", {"to": ancestor.id, "reason": "navigate"})])
+    entries_b = _grow_branch(fork, entries, sink)
+    expected = sink.flush()
+    if expected != fork.next_seq - 1:
+        raise RuntimeError(f"the session ends at seq {expected}, not {fork.next_seq - 1}")
+    session.refresh_from_db()
+    assert trunk.leaf is not None and fork.leaf is not None
+    return Branches(ancestor.id, trunk.leaf.id, fork.leaf.id, entries_a, entries_b)
+
+
+def _entries_per_repeat(recording: Recording) -> int:
+    return sum(1 for turn in recording.turns for event in turn if "entry" in event.data)
+
+
+def _grow_branch(grower: _Grower, entries: int, sink: _Sink) -> int:
+    """Repeats on `grower` into `sink` until `entries` entries were added; how many."""
+    added = 0
+    while added < entries:
+        before = len(grower.used)
+        sink.add(grower.repeat())
+        added += len(grower.used) - before
+    return added
+
+
+@dataclass
+class _Sink:
+    """Events appended to a session BATCH at a time, in order."""
+
+    session_id: Any
+    expected: int
+    batch: list[Any] = field(default_factory=list)
+
+    def add(self, events: list[Any]) -> None:
+        self.batch += events
+        if len(self.batch) >= BATCH:
+            self.flush()
+
+    def flush(self) -> int:
+        from sessions_app import store
+
+        if self.batch:
+            self.expected = _append(store, self.session_id, self.expected, self.batch)
+            self.batch = []
+        return self.expected
+
+
 def _append(store: Any, session_id: Any, expected: int, batch: list[Any]) -> int:
     last = expected
     for start in range(0, len(batch), BATCH):
