@@ -17,9 +17,11 @@ Everything is iterative: a session of 100,000 entries is a 100,000-deep chain.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from projections.chat import content_text, message_of, resolve_leaf, tool_calls_of
@@ -360,9 +362,53 @@ def _first_line(text: str) -> str:
     return line
 
 
+# The message of a `tree_entry` of each usual role, shared (no reader changes it).
+_ROLES: Mapping[str, Mapping[str, Any]] = {
+    role: MappingProxyType({"role": role})
+    for role in ("user", "assistant", "toolResult", "bashExecution", "custom", "hookMessage")
+}
+
+
+class _TreeData(dict[str, Any]):
+    """The data of a `tree_entry`: what the tree reads, and the entry's description."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str, fields: Mapping[str, Any]) -> None:
+        super().__init__(fields)
+        self.text = text
+
+
+def tree_entry(entry: EntryRecord) -> EntryRecord:
+    """`entry` as the tree reads it: its data cut to the message's role and the fields of a
+    label or a name, with its one-line description made already. `project_tree` lays out
+    the same tree from these, so a door can hold the tree of a long session at a few
+    hundred bytes an entry however large its entries are (the HTML export)."""
+    data = entry.data
+    fields: dict[str, Any] = {}
+    if entry.type == "message":
+        role = message_of(entry).get("role")
+        shared = _ROLES.get(role) if isinstance(role, str) else None
+        fields["message"] = shared if shared is not None else {"role": role}
+    elif entry.type == "label":
+        fields = {key: data[key] for key in ("targetId", "label") if key in data}
+    elif entry.type == "session_info" and "name" in data:
+        fields["name"] = data["name"]
+    return EntryRecord(
+        entry.id,
+        entry.parent_id,
+        sys.intern(entry.type),
+        entry.timestamp,
+        _TreeData(display_text(entry), fields),
+        entry.seq,
+    )
+
+
 def display_text(entry: EntryRecord) -> str:
     """A short one-line description of an entry for the tree."""
     data = entry.data
+    if isinstance(data, _TreeData):
+        return data.text
     if entry.type == "message":
         return _message_text(message_of(entry))
     if entry.type == "model_change":

@@ -11,16 +11,24 @@ by the pages' own templates. All data blocks have `<`, `>` and `&` escaped, so n
 a session can end a block or become markup.
 
 The file grows linearly with the session whatever the shape of its tree, and goes out as a
-stream of chunks (a slice of rows, turns, spans or lines at a time), never as one string;
-the folds themselves (tree, trace) hold their records in memory, linear in the session.
+stream of chunks (a slice of rows, turns, spans or lines at a time), never as one string.
+The server's memory does not grow with the entries' or the events' size: the log is read a
+page at a time through the selectors, the trace is folded a window of turns at a time
+(`projections.trace_windows`), and what has to wait for totals computed after it (the
+turns, drawn newest first under the session's totals, the tree's rows and the spans'
+details) waits in a temporary file. The tree itself is laid out whole, from records of a
+few hundred bytes an entry (`projections.tree.tree_entry`).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import tempfile
 from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from django.contrib.staticfiles import finders
 from django.http import HttpRequest
@@ -29,11 +37,12 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import slugify
 
-from projections.chat import tool_facts
+from projections.chat import Usage
 from projections.records import EntryRecord
-from projections.trace import TraceSpan, project_trace
+from projections.trace import TraceSpan
 from projections.trace_blocks import trace_blocks
-from projections.tree import TreeRow, project_tree
+from projections.trace_windows import project_trace_windows
+from projections.tree import TreeRow, project_tree, tree_entry
 from sessions_app import pi_io, selectors
 from sessions_app.models import Session
 from sessions_app.page_query import PageQuery
@@ -50,6 +59,9 @@ from sessions_app.templatetags.strand import (
 
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
 TURNS_PER_CHUNK = 200  # trace turns rendered at a time
+# Read a page of the log at a time: entries (whole Pi entries, a few KB each) and events.
+ENTRIES_PER_READ = 500
+EVENTS_PER_READ = 1000
 STYLES = ("css/strand.css", "css/highlight.css")
 SCRIPTS = ("js/strand.js", "js/export.js")
 PAGE_TEMPLATE = "sessions/export.html"
@@ -68,53 +80,142 @@ def export_stream(session: Session, request: HttpRequest) -> Iterator[str] | Asy
 
 
 def export_html(session: Session) -> Generator[str, None, None]:
-    """The export file, in chunks of text (UTF-8 when written)."""
-    entries = selectors.entry_records(session)
+    """The export file, in chunks of text (UTF-8 when written).
+
+    Memory is bounded by a window, not by the session: the entries are read a page at a
+    time, twice (the tree is laid out from a few hundred bytes an entry, then the Pi file's
+    lines go out); the trace is folded a window of turns at a time, oldest first, and each
+    window's rendered turns and span data go to a temporary file, to be written newest
+    first once the totals above them are known."""
     leaf = session.leaf_entry_id
-    tree = project_tree(entries, leaf)
-    turn_events = [event for event in selectors.log_stream(session.id) if event.turn is not None]
-    trace = project_trace(turn_events) if turn_events else None
-    error_codes, approvals = tool_facts(turn_events)
-    del turn_events
-    blocks = trace_blocks(trace)
     base = {"session": session, "q": PageQuery(), "export": True, "can_write": False}
-    context = {
-        **base,
-        # The context view of the current leaf's latest request.
-        **selectors.context_window(session, leaf).as_template_context(),
-        "is_owner": True,
-        "state": None,
-        "tree": tree,
-        "tree_rows": (),  # the file's script draws them from the tree data
-        "current_leaf": leaf,
-        "view": "chat",
-        "trace": trace,
-        "blocks": blocks,
-        "older": None,
-        "leaf": leaf,
-        "tool_facts": {"errorCodes": error_codes, "approvals": approvals},
-        "css": _static_text(STYLES),
-        "script": _static_text(SCRIPTS).replace("</", "<\\/"),
-        "exported_at": timezone.now(),
-        "filename": (slugify(session.title)[:60] or "session") + f"-{str(session.id)[:8]}",
-        **{f"{name.replace('-', '_')}_slot": _marker(name) for name in _SLOTS},
-    }
-    parts = _split(render_to_string(PAGE_TEMPLATE, context))
-    yield parts[0]
-    for some_blocks in _slices(blocks, TURNS_PER_CHUNK):
-        yield render_to_string(TURNS, {**base, "older": None, "blocks": some_blocks})
-    yield parts[1]
-    yield from _json_array(
+    with tempfile.TemporaryFile() as file:
+        tree = _spill_tree(session, leaf, _Spilled(file))
+        trace = _spill_trace(session, base, file)
+        context = {
+            **base,
+            # The context view of the current leaf's latest request.
+            **selectors.context_window(session, leaf).as_template_context(),
+            "is_owner": True,
+            "state": None,
+            "tree": tree,
+            "tree_rows": (),  # the file's script draws them from the tree data
+            "current_leaf": leaf,
+            "view": "chat",
+            "turn_count": trace.turns,
+            "trace_usage": trace.usage,
+            "older": None,
+            "leaf": leaf,
+            "tool_facts": {"errorCodes": trace.error_codes, "approvals": trace.approvals},
+            "css": _static_text(STYLES),
+            "script": _static_text(SCRIPTS).replace("</", "<\\/"),
+            "exported_at": timezone.now(),
+            "filename": (slugify(session.title)[:60] or "session") + f"-{str(session.id)[:8]}",
+            **{f"{name.replace('-', '_')}_slot": _marker(name) for name in _SLOTS},
+        }
+        parts = _split(render_to_string(PAGE_TEMPLATE, context))
+        del context
+        yield parts[0]
+        yield from trace.turn_html.newest_first()
+        yield parts[1]
+        yield from tree.data.in_order()
+        yield parts[2]
+        yield "["
+        for index, chunk in enumerate(trace.span_data.newest_first()):
+            yield chunk if index == 0 else "," + chunk
+        yield "]"
+        yield parts[3]
+        yield from _pi_lines(session, selectors.entry_stream(session, page=ENTRIES_PER_READ))
+        yield parts[4]
+
+
+# --- the trace, folded a window at a time ------------------------------------------------
+
+
+class _Spilled:
+    """Texts written to a temporary file and read back one at a time, in the order they
+    were written or newest first."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.places: list[tuple[int, int]] = []  # (offset, length) of each text
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        data = text.encode()
+        self.file.seek(0, io.SEEK_END)
+        self.places.append((self.file.tell(), len(data)))
+        self.file.write(data)
+
+    def newest_first(self) -> Iterator[str]:
+        for offset, length in reversed(self.places):
+            self.file.seek(offset)
+            yield self.file.read(length).decode()
+
+    def in_order(self) -> Iterator[str]:
+        for offset, length in self.places:
+            self.file.seek(offset)
+            yield self.file.read(length).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class _SpilledTree:
+    """What the page's tree partial reads of the tree (counts as ranges: `|length`),
+    and its rows as the tree data, written away."""
+
+    leaf_id: str | None
+    nodes: range
+    roots: range
+    rows: range
+    data: _Spilled
+
+
+def _spill_tree(session: Session, leaf: str | None, data: _Spilled) -> _SpilledTree:
+    entries = selectors.entry_stream(session, page=ENTRIES_PER_READ)
+    tree = project_tree([tree_entry(entry) for entry in entries], leaf)
+    rows = _json_array(
         (_tree_row(row, leaf) for row in tree.rows),
         head=f'{{"drawnIndent":{TREE_DRAWN_INDENT},"rows":[',
         tail="]}",
     )
-    yield parts[2]
-    spans = (bar.row.span for block in blocks for bar in block.bars)
-    yield from _json_array((_span(span) for span in spans), head="[", tail="]")
-    yield parts[3]
-    yield from _pi_lines(session, entries)
-    yield parts[4]
+    for chunk in rows:
+        data.write(chunk)
+    return _SpilledTree(
+        tree.leaf_id, range(len(tree.nodes)), range(len(tree.roots)), range(len(tree.rows)), data
+    )
+
+
+@dataclass
+class _SpilledTrace:
+    turn_html: _Spilled
+    span_data: _Spilled
+    turns: int = 0
+    usage: Usage | None = None  # None: no turn in the session
+    error_codes: dict[str, str] = field(default_factory=dict)
+    approvals: dict[str, str] = field(default_factory=dict)
+
+
+def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _SpilledTrace:
+    """Every turn, oldest window first: its blocks rendered and its spans' details as JSON
+    written to `spill`, the totals kept."""
+    trace = _SpilledTrace(turn_html=_Spilled(file), span_data=_Spilled(file))
+    events = selectors.log_stream(session.id, page=EVENTS_PER_READ)
+    for chunk in project_trace_windows(events):
+        blocks = trace_blocks(chunk.view)  # newest first, within the window
+        trace.turns += len(blocks)
+        for turn in chunk.view.spans:  # summed oldest first, as a whole trace sums them
+            trace.usage = (trace.usage or Usage()) + (turn.usage or Usage())
+        trace.error_codes.update(chunk.error_codes)
+        trace.approvals.update(chunk.approvals)
+        html = [
+            render_to_string(TURNS, {**base, "older": None, "blocks": some_blocks})
+            for some_blocks in _slices(blocks, TURNS_PER_CHUNK)
+        ]
+        trace.turn_html.write("".join(html))
+        spans = (_span(bar.row.span) for block in blocks for bar in block.bars)
+        trace.span_data.write(",".join(_json_text(span) for span in spans))
+    return trace
 
 
 # --- data for the file's script -------------------------------------------------------------
@@ -175,12 +276,16 @@ def _pair(key: str, value: Any) -> list[Any]:
     return [key, clip(text) if is_long(value) else text, int(is_long(value))]
 
 
+def _json_text(item: Any) -> str:
+    return _inert(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+
+
 def _json_array(items: Iterable[Any], *, head: str, tail: str) -> Iterator[str]:
     yield head
     batch: list[str] = []
     first = True
     for item in items:
-        text = _inert(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+        text = _json_text(item)
         batch.append(text if first else "," + text)
         first = False
         if len(batch) >= ITEMS_PER_CHUNK:
