@@ -125,6 +125,13 @@ def _sorted_keys(value: Any) -> Any:
 
 def _normalize_numbers(value: Any) -> Any:
     """Integral floats become ints, recursively; NaN and Infinity are refused by json."""
+    kind = type(value)
+    if kind is str or kind is int or value is None:
+        return value  # the common leaves, without the abstract-class checks below
+    if kind is dict:
+        return {key: _normalize_numbers(item) for key, item in value.items()}
+    if kind is list:
+        return [_normalize_numbers(item) for item in value]
     if isinstance(value, float):
         if math.isfinite(value) and value.is_integer() and abs(value) < 1e21:
             return int(value)

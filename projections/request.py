@@ -90,14 +90,7 @@ def project_request(
     request's leaf (say from its kept window) passes it as `context` instead; the path to
     a leaf only ever holds entries older than the leaf, so it is the same context.
     """
-    by_seq = {event.seq: event for event in events}
-    sent = by_seq.get(request_seq)
-    if sent is None or sent.type != "request/sent":
-        raise RequestNotFound(f"no request/sent event at seq {request_seq}")
-    header_seq = sent.data.get("header_seq")
-    header = by_seq.get(header_seq) if isinstance(header_seq, int) else None
-    if header is None or header.type != "request/header":
-        raise RequestNotFound(f"request {request_seq}: no request/header at seq {header_seq}")
+    sent, header = _manifest({event.seq: event for event in events}, request_seq)
     leaf_id = sent.data.get("leaf_entry_id")
     if context is None:
         before = sorted((e for e in entries if e.seq < request_seq), key=lambda e: e.seq)
@@ -131,6 +124,46 @@ def project_request(
         error=error,
         response_entry_id=_response_entry_id(events, sent),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadCheck:
+    """The hash check of one request alone, without the rest of its view."""
+
+    recorded_sha256: str
+    payload_sha256: str | None  # recomputed; None when the payload cannot be built
+    error: str | None
+
+    @property
+    def matches(self) -> bool:
+        return self.payload_sha256 is not None and self.payload_sha256 == self.recorded_sha256
+
+
+def check_request(
+    by_seq: Mapping[int, EventRecord], request_seq: int, context: SessionContext
+) -> PayloadCheck:
+    """Rebuild the payload of the request at `request_seq` from `context` (its leaf's) and
+    the header it names (both in `by_seq`), and compare its hash with the recorded one:
+    what `project_request` says of it (`matches`, `payload_sha256`, `error`), without the
+    readable messages, their keys and estimates that a view shows."""
+    sent, header = _manifest(by_seq, request_seq)
+    provider_messages = to_provider_messages(context.messages)
+    _, digest, error = _rebuild(header.data, provider_messages)
+    return PayloadCheck(str(sent.data.get("payload_sha256") or ""), digest, error)
+
+
+def _manifest(
+    by_seq: Mapping[int, EventRecord], request_seq: int
+) -> tuple[EventRecord, EventRecord]:
+    """The `request/sent` at `request_seq` and the `request/header` it names."""
+    sent = by_seq.get(request_seq)
+    if sent is None or sent.type != "request/sent":
+        raise RequestNotFound(f"no request/sent event at seq {request_seq}")
+    header_seq = sent.data.get("header_seq")
+    header = by_seq.get(header_seq) if isinstance(header_seq, int) else None
+    if header is None or header.type != "request/header":
+        raise RequestNotFound(f"request {request_seq}: no request/header at seq {header_seq}")
+    return sent, header
 
 
 def _rebuild(

@@ -13,11 +13,13 @@ from typing import Any
 
 from django.db import connection
 
-from projections.records import EventRecord
-from projections.request import RequestNotFound, project_request
+from projections.context import EMPTY_CONTEXT, SessionContext
+from projections.records import EntryRecord, EventRecord
+from projections.request import RequestNotFound, check_request
 from sessions_app import store
 from sessions_app.models import Session
 from sessions_app.selectors import request_context
+from sessions_app.selectors.context import LeafFacts, window_context
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def verify_session(session: Session) -> str | None:
         return f"the current leaf is {session.leaf_entry_id!r}, the log says {leaf!r}"
     if title is not None and session.title != title:
         return f"the title is {session.title!r}, the log says {title!r}"
-    return _check_requests(session, events)
+    return _check_requests(session, events, expected)
 
 
 def _all_events(session: Session) -> list[EventRecord]:
@@ -136,48 +138,86 @@ def _stored_entries(session: Session) -> dict[str, _Row]:
         }
 
 
-def _check_requests(session: Session, events: list[EventRecord]) -> str | None:
+def _check_requests(
+    session: Session, events: list[EventRecord], rows: dict[str, _Row]
+) -> str | None:
     sent = [e for e in events if e.type == "request/sent"]
     if not sent:
         return None
     by_seq = {e.seq: e for e in events}
-    by_turn: dict[int, list[EventRecord]] = {}
-    for e in events:
-        if e.turn is not None:
-            by_turn.setdefault(e.turn, []).append(e)
+    # The entries were just found equal to the log's fold: each request's kept window is
+    # read from that fold in memory, where reading it from the table again would cost a
+    # few queries and the decoding of the whole window for every request.
+    folded = _FoldedEntries(rows)
     for event in sent:
         try:
-            context = request_context(session, event)
-            view = project_request(
-                _request_events(event, by_seq, by_turn, events), (), event.seq, context=context
-            )
+            check = check_request(by_seq, event.seq, _request_context(session, event, folded))
         except (RequestNotFound, LookupError, TypeError, ValueError) as exc:
             # Facts that do not hold together (a header_seq naming no header, a manifest of
             # the wrong shape) are a difference to report, not a crash.
             return f"request/sent at seq {event.seq}: cannot rebuild the payload ({exc})"
-        if not view.matches:
-            reason = f" ({view.error})" if view.error else ""
+        if not check.matches:
+            reason = f" ({check.error})" if check.error else ""
             return (
-                f"request/sent at seq {event.seq}: the stored hash {view.recorded_sha256} does "
-                f"not match the rebuilt payload's {view.payload_sha256}{reason}"
+                f"request/sent at seq {event.seq}: the stored hash {check.recorded_sha256} does "
+                f"not match the rebuilt payload's {check.payload_sha256}{reason}"
             )
     return None
 
 
-def _request_events(
-    sent: EventRecord,
-    by_seq: dict[int, EventRecord],
-    by_turn: dict[int, list[EventRecord]],
-    events: list[EventRecord],
-) -> list[EventRecord]:
-    """What a request's rebuild reads: its turn's events and the header it names (as the
-    request view reads them), so that checking every request costs the log once, not once
-    per request."""
-    if sent.turn is None:
-        return events
-    related = by_turn[sent.turn]
-    header_seq = sent.data.get("header_seq")
-    header = by_seq.get(header_seq) if isinstance(header_seq, int) else None
-    if header is not None and header.turn != sent.turn:
-        return [header, *related]
-    return related
+def _request_context(session: Session, sent: EventRecord, folded: _FoldedEntries) -> SessionContext:
+    """`selectors.request_context`, with the kept window read from the fold."""
+    leaf = sent.data.get("leaf_entry_id")
+    if not isinstance(leaf, str):
+        return EMPTY_CONTEXT
+    facts = folded.facts(leaf)
+    if facts is None:
+        return request_context(session, sent)  # Pi's fallback for a leaf that names no entry
+    return window_context(folded, facts)
+
+
+class _FoldedEntries:
+    """The entries folded from the log, read as the entry table is read for a kept window
+    (`selectors.context.EntryReader`): the same path walk as `store.PATH_CTE`."""
+
+    def __init__(self, rows: dict[str, _Row]) -> None:
+        self.rows = rows
+        self.records: dict[str, EntryRecord] = {}
+
+    def facts(self, entry_id: str) -> LeafFacts | None:
+        row = self.rows.get(entry_id)
+        if row is None:
+            return None
+        return LeafFacts(entry_id, row.path_compaction, row.path_thinking, row.path_model)
+
+    def entries(self, ids: list[str]) -> list[EntryRecord]:
+        found = [self._record(i) for i in set(ids) if i in self.rows]
+        return sorted(found, key=lambda e: e.seq)
+
+    def depth(self, entry_id: str) -> int | None:
+        row = self.rows.get(entry_id)
+        return row.depth if row is not None else None
+
+    def path(self, leaf_id: str, min_depth: int) -> list[EntryRecord]:
+        row = self.rows.get(leaf_id)
+        if row is None:
+            return []
+        path = [self._record(leaf_id)]
+        while row.parent_id is not None:
+            above = self.rows.get(row.parent_id)
+            if above is None or not min_depth <= above.depth < row.depth:
+                break
+            path.append(self._record(row.parent_id))
+            row = above
+        path.reverse()
+        return path
+
+    def _record(self, entry_id: str) -> EntryRecord:
+        record = self.records.get(entry_id)
+        if record is None:
+            row = self.rows[entry_id]
+            record = EntryRecord(
+                entry_id, row.parent_id, row.type, row.timestamp, row.data, row.seq
+            )
+            self.records[entry_id] = record
+        return record
