@@ -21,8 +21,10 @@ the run.
   (retrying on 409) for 60 s; every viewer must receive every event of its session exactly
   once and in order.
 
-The viewers and the writer run in this process, the servers in others, all on the same
-cores; figures include that contention.
+The viewers of the storm, latency and restart scenarios are spread over 4 client processes
+(as viewers are over browsers; in one process the last viewer's frame waited for the
+others' to be read and parsed), the writer runs in this process, the servers in others,
+all on the same cores; figures include that contention.
 """
 
 from __future__ import annotations

@@ -10,14 +10,19 @@ after a close waits a random time below a cap that doubles with each close since
 "try again later") counts as a refusal. A viewer that has no `ready` by the deadline is
 counted as dropped; nothing waits without a bound.
 
-The viewers and the writer run in this process (asyncio, and a thread for the writer), the
-servers in others, all on the same cores.
+In the storm, delivery and restart scenarios the viewers are spread over `CLIENT_PROCESSES`
+client processes (`CrowdProcesses`), as viewers are over browsers, and the writer runs here
+(a thread); in the load scenario viewers and writers run here. Each viewer notes when its
+event loop read an event's frame from its socket (`_stamped_connection`); the writer notes
+when `append_events` returned; both on `time.monotonic()`, which every process of the
+machine shares. The servers run in other processes, all on the same cores.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import random
@@ -39,6 +44,8 @@ VIEWERS = 1000
 CLUSTER_VIEWERS = 2000
 LOAD_VIEWERS = 200
 RATE = 5.0
+# Client processes the viewers of the storm and delivery scenarios are spread over.
+CLIENT_PROCESSES = 4
 EVENTS = 100
 SEED_EVENTS = 20  # already in the session: each viewer's catch-up reads them
 DEADLINE_S = 180.0
@@ -253,6 +260,148 @@ class Crowd:
         )
 
 
+def _crowd_process(link: Any, url: str, headers: dict[str, str], count: int) -> None:
+    """One client process of `CrowdProcesses`: `count` viewers on its own event loop, started
+    on "go"; answers "status", "viewers" and "close" (after which it ends) over `link`."""
+
+    def copies(crowd: Crowd) -> list[Viewer]:
+        return [dataclasses.replace(v, socket=None) for v in crowd.viewers]
+
+    async def main() -> None:
+        link.send("up")
+        await asyncio.to_thread(link.recv)  # "go"
+        crowd = Crowd.start(url, headers, count)
+        link.send(crowd.started)
+        while True:
+            command = await asyncio.to_thread(link.recv)
+            if command == "status":
+                errors: Counter[str] = Counter()
+                for v in crowd.viewers:
+                    errors.update(v.errors)
+                link.send(
+                    {
+                        "connected": crowd.connected(),
+                        "last_first_ready": max(
+                            (v.readies[0] for v in crowd.viewers if v.readies), default=None
+                        ),
+                        "lowest_seq": min((v.last_seq for v in crowd.viewers), default=-1),
+                        "refused": sum(v.refused for v in crowd.viewers),
+                        "errors": errors,
+                    }
+                )
+            elif command == "viewers":
+                link.send(copies(crowd))
+            else:
+                await crowd.close()
+                link.send(copies(crowd))
+                return
+
+    asyncio.run(main())
+
+
+@dataclass
+class CrowdProcesses:
+    """Viewers of one session spread over several client processes (`Crowd` in each), as
+    viewers are spread over browsers: in one process the 1,000th viewer's frame is read only
+    after the 999 before it have been read and parsed. Every process takes its times on
+    `time.monotonic()`, the one clock of the machine, as the writer here does."""
+
+    links: list[Any]
+    processes: list[Any]
+    count: int
+    started: float = 0.0
+    status: list[dict[str, Any]] = field(default_factory=list)
+    viewers: list[Viewer] = field(default_factory=list)  # after `close`
+
+    @classmethod
+    async def start(
+        cls, url: str, headers: Mapping[str, str], count: int, processes: int
+    ) -> CrowdProcesses:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        processes = max(1, min(processes, count))
+        crowd = cls([], [], count)
+        try:
+            for i in range(processes):
+                share = count // processes + (i < count % processes)
+                parent, child = context.Pipe()
+                process = context.Process(
+                    target=_crowd_process, args=(child, url, dict(headers), share), daemon=True
+                )
+                process.start()
+                child.close()
+                crowd.links.append(parent)
+                crowd.processes.append(process)
+            await crowd._each(None)  # every process is up: all start at once
+            crowd.started = min(await crowd._each("go"))
+        except BaseException:
+            crowd._end()
+            raise
+        return crowd
+
+    async def _each(self, command: str | None) -> list[Any]:
+        def ask(link: Any) -> Any:
+            if command is not None:
+                link.send(command)
+            return link.recv()
+
+        return list(await asyncio.gather(*(asyncio.to_thread(ask, link) for link in self.links)))
+
+    async def _refresh(self) -> None:
+        self.status = await self._each("status")
+
+    def connected(self) -> int:
+        return sum(s["connected"] for s in self.status)
+
+    async def until_all_ready(self, deadline_s: float) -> float | None:
+        deadline = self.started + deadline_s
+        await self._refresh()
+        while self.connected() < self.count and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            await self._refresh()
+        if self.connected() < self.count:
+            return None
+        return max(s["last_first_ready"] for s in self.status) - self.started
+
+    async def until_caught_up(self, last_seq: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            await self._refresh()
+            if all(s["lowest_seq"] >= last_seq for s in self.status):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    async def snapshot(self) -> list[Viewer]:
+        return [v for part in await self._each("viewers") for v in part]
+
+    async def close(self) -> None:
+        try:
+            self.viewers = [v for part in await self._each("close") for v in part]
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        for process in self.processes:
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+
+    def storm(self, seconds: float | None) -> Storm:
+        errors: Counter[str] = Counter()
+        for s in self.status:
+            errors.update(s["errors"])
+        return Storm(
+            self.count,
+            self.connected(),
+            seconds,
+            sum(s["refused"] for s in self.status),
+            dict(errors),
+        )
+
+
 @dataclass
 class Storm:
     viewers: int
@@ -384,6 +533,7 @@ def one_process(
     events: int = EVENTS,
     rate: float = RATE,
     deadline_s: float = DEADLINE_S,
+    clients: int = CLIENT_PROCESSES,
 ) -> OneProcess:
     """`viewers` connect at once to one process; then `events` are written at `rate`."""
     session_id, last = _watched_session(owner, "live storm", seed)
@@ -393,7 +543,7 @@ def one_process(
 
     async def main() -> OneProcess:
         rss_idle = server.rss_mb()
-        crowd = Crowd.start(url, _headers(cookie, port), viewers)
+        crowd = await CrowdProcesses.start(url, _headers(cookie, port), viewers, clients)
         try:
             storm = crowd.storm(await crowd.until_all_ready(deadline_s))
             await asyncio.sleep(2)
@@ -433,6 +583,7 @@ def on_cluster(
     rate: float = RATE,
     restart_events: int = EVENTS,
     deadline_s: float = DEADLINE_S,
+    clients: int = CLIENT_PROCESSES,
 ) -> OnCluster:
     """`viewers` connect at once through HAProxy; `events` are written at `rate`; then, while
     `restart_events` more are written, process 1 is killed and started again."""
@@ -450,7 +601,7 @@ def on_cluster(
     url = f"ws://127.0.0.1:{front}/ws/sessions/{session_id}/"
 
     async def main() -> OnCluster:
-        crowd = Crowd.start(url, _headers(cookie, front), viewers)
+        crowd = await CrowdProcesses.start(url, _headers(cookie, front), viewers, clients)
         try:
             storm = crowd.storm(await crowd.until_all_ready(deadline_s))
             await asyncio.sleep(2)
@@ -458,7 +609,7 @@ def on_cluster(
             commits: dict[int, float] = {}
             seq = await _write_meanwhile(session_id, last, events, rate, commits)
             await crowd.until_caught_up(seq, 30)
-            latency = delivery(crowd.viewers, commits)
+            latency = delivery(await crowd.snapshot(), commits)
 
             writing = asyncio.ensure_future(
                 _write_meanwhile(session_id, seq, restart_events, rate, {})
