@@ -186,3 +186,25 @@ def test_rows_are_windowed_with_a_cursor() -> None:
     assert first.total_rows == 7
     # Three messages changed and four removed: the first three changes, four more.
     assert len(first.context.changes) == 3 and first.context.more_changes == 4
+
+
+def test_divergence_at_a_compaction() -> None:
+    log = SessionLog()
+    log.user("start")
+    log.assistant([text("ok")])
+    kept = log.user("kept")
+    compacted = log.compaction("we talked about start", kept, 1000)
+    one_way = log.user("after, one way")
+    log.navigate(compacted)
+    other_way = log.user("after, another way")
+
+    view = compare_branches(path(log, one_way), path(log, other_way))
+
+    assert view.ancestor is not None
+    assert (view.ancestor.entry_id, view.ancestor.kind) == (compacted, "compaction")
+    assert [(r.a and r.a.text, r.b and r.b.text) for r in view.rows] == [
+        ("after, one way", "after, another way")
+    ]
+    # Both next contexts start with the summary and the kept message, then differ.
+    assert view.context.shared == 2
+    assert [c.kind for c in view.context.changes] == ["changed"]
