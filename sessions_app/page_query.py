@@ -33,6 +33,7 @@ class PageQuery:
     all: bool = False  # chat and context: everything, not only the latest window
     tree: bool = False  # the whole tree, not only the rows around the shown leaf
     edit: str | None = None  # chat: the user message being edited (to resend)
+    mark: str | None = None  # tree: an entry picked to compare with another
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> PageQuery:
@@ -61,6 +62,7 @@ class PageQuery:
             all=text("all") == "1",
             tree=text("tree") == "1",
             edit=text("edit"),
+            mark=text("mark"),
         )
 
     @classmethod
@@ -87,4 +89,4 @@ class PageQuery:
 
     def view_only(self) -> PageQuery:
         """What a view switch keeps: the branch shown, nothing view-specific."""
-        return PageQuery(leaf=self.leaf, tree=self.tree)
+        return PageQuery(leaf=self.leaf, tree=self.tree, mark=self.mark)

@@ -357,8 +357,14 @@ def session_compare(request: HttpRequest, session_id: Any) -> HttpResponse:
     except ValueError:
         return HttpResponseBadRequest("offset must be a number")
     view = selectors.branch_comparison(session, a, b, offset=offset, limit=COMPARE_PAGE_ROWS)
-    context = {"session": session, "a": a, "b": b, "cmp": view}
-    return render(request, "sessions/compare.html", context)
+    # Without `a`, A is the current leaf, and a live update follows it as it moves on.
+    follows = not request.GET.get("a")
+    context = {"session": session, "a": a, "b": b, "cmp": view, "follows": follows}
+    # htmx: "show more" puts the next window in place of its own row; a live update
+    # redraws the summary (the same template's partials).
+    target = request.headers.get("HX-Target") if _is_htmx(request) else None
+    partial = {"compare-more": "#compare-rows", "view": "#compare-summary"}.get(target or "", "")
+    return render(request, f"sessions/compare.html{partial}", context)
 
 
 @login_required

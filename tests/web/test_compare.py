@@ -136,3 +136,63 @@ def test_staff_may_compare_any_session(
 
     html = client_for(carol).get(url(session, f"a={ids['hostile']}&b={ids['b']}")).content
     assert b"Two branches compared" in html
+
+
+def htmx(target: str) -> dict[str, str]:
+    return {"HX-Request": "true", "HX-Target": target}
+
+
+def test_show_more_through_htmx_answers_the_next_rows_alone(
+    alice: User, branched: tuple[Session, dict[str, str]]
+) -> None:
+    session, ids = branched
+
+    response = client_for(alice).get(
+        url(session, f"a={ids['a']}&b={ids['b']}&offset=50"), headers=htmx("compare-more")
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" not in html and "compare-totals" not in html
+    assert html.count('class="compare-row"') == 10 and 'id="row-50"' in html
+    assert 'id="compare-more"' in html and "End of both branches" in html
+
+
+def test_a_live_update_redraws_the_summary_of_the_current_leaf(
+    alice: User, branched: tuple[Session, dict[str, str]]
+) -> None:
+    session, ids = branched
+    page = client_for(alice).get(url(session, f"b={ids['a']}")).content.decode()
+    live = re.search(r'id="view"[^>]*data-live-url="([^"]+)"', page)
+    assert live is not None and "a=" not in live.group(1)  # A follows the current leaf
+    append(session, [message("user", "B goes on")])
+
+    response = client_for(alice).get(live.group(1).replace("&amp;", "&"), headers=htmx("view"))
+
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" not in html and "compare-row" not in html
+    assert html.lstrip().startswith('<div id="view"')
+    assert "<th>Entries</th><td>3</td><td>60</td>" in html
+
+
+def test_two_nodes_picked_in_the_tree_are_compared(
+    alice: User, branched: tuple[Session, dict[str, str]]
+) -> None:
+    session, ids = branched
+    client = client_for(alice)
+    first = client.get(f"/sessions/{session.id}/?entry={ids['a']}").content.decode()
+    mark = re.search(r'<a class="mark-compare" href="([^"#]+)', first)
+    assert mark is not None
+
+    marked = client.get(f"/sessions/{session.id}/" + mark.group(1).replace("&amp;", "&"))
+    page = marked.content.decode()
+    assert 'id="tree-mark"' in page and f'id="node-{ids["a"]}" data-id' in page
+    assert re.search(rf'class="node [^"]*marked[^"]*" id="node-{ids["a"]}"', page)
+    other = re.search(rf'<a class="node-more" href="([^"#]+)#node-{ids["b"]}"', page)
+    assert other is not None and f"mark={ids['a']}" in other.group(1)
+    second = client.get(f"/sessions/{session.id}/" + other.group(1).replace("&amp;", "&"))
+    link = re.search(r'<a class="compare-marked" href="([^"]+)"', second.content.decode())
+
+    assert link is not None
+    target = link.group(1).replace("&amp;", "&")
+    assert target == f"/sessions/{session.id}/compare?a={ids['a']}&b={ids['b']}"
+    assert client.get(target).status_code == 200
