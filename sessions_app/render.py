@@ -9,7 +9,9 @@ text holds, the output cannot run script or load anything.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +25,7 @@ from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 from pygments import highlight as pygments_highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
@@ -78,12 +81,27 @@ def sanitize(html: str) -> str:
 def _highlight(code: str, lang: str, _attrs: str) -> str:
     if not lang or len(code) > HIGHLIGHT_LIMIT:
         return ""
-    try:
-        lexer = get_lexer_by_name(lang.split()[0], stripnl=False)
-    except ClassNotFound:
+    lexer = _lexer(lang.split()[0])
+    if lexer is None:
         return ""
-    body = pygments_highlight(code, lexer, HtmlFormatter(nowrap=True))
+    body = pygments_highlight(code, lexer, _formatter())
     return f'<pre class="code"><code class="highlight">{body}</code></pre>'
+
+
+# A formatter builds its style table when made (a few milliseconds), and finding a lexer
+# by name searches the registry: both are made once and reused (neither keeps state
+# between two `highlight` calls).
+@lru_cache(maxsize=1)
+def _formatter() -> HtmlFormatter:
+    return HtmlFormatter(nowrap=True)
+
+
+@lru_cache(maxsize=64)
+def _lexer(name: str) -> Lexer | None:
+    try:
+        return get_lexer_by_name(name, stripnl=False)
+    except ClassNotFound:
+        return None
 
 
 def _image_as_link(
@@ -120,6 +138,51 @@ def _align_cells_by_class(state: StateCore) -> None:
             token.attrSet("class", "align-" + style.removeprefix("text-align:"))
 
 
+class _Rendered:
+    """What texts were rendered to, most recently used first, up to `MEMO_CHARS` characters
+    of text and HTML in all (a text longer than `MEMO_TEXT_CHARS` is not kept).
+
+    Rendering is a pure function of the text and costs a millisecond or more a message,
+    while a page is drawn again on every reload and every live refresh of a running turn,
+    from messages that do not change: each is rendered once, then read back."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.chars = 0
+        # (what: "" for markdown, "code:<language>" for code; the text) → HTML
+        self.items: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[str, str], render: Callable[[], str]) -> str:
+        with self.lock:
+            found = self.items.get(key)
+            if found is not None:
+                self.items.move_to_end(key)
+                return found
+        html = render()
+        size = len(key[1]) + len(html)
+        if len(key[1]) > MEMO_TEXT_CHARS or size > self.max_chars:
+            return html
+        with self.lock:
+            if key not in self.items:
+                self.items[key] = html
+                self.chars += size
+            while self.chars > self.max_chars:
+                (_, text), old = self.items.popitem(last=False)
+                self.chars -= len(text) + len(old)
+        return html
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.chars = 0
+
+
+MEMO_CHARS = 8_000_000
+MEMO_TEXT_CHARS = 100_000
+_rendered = _Rendered(MEMO_CHARS)
+
+
 def render_markdown(text: Any) -> SafeString:
     """Markdown to sanitized HTML, safe to put in any page."""
     source = str(text or "")
@@ -127,15 +190,22 @@ def render_markdown(text: Any) -> SafeString:
         return mark_safe("")
     if len(source) > MARKDOWN_LIMIT:
         return mark_safe(f'<pre class="plain">{escape(source)}</pre>')
-    return mark_safe(sanitize(_markdown().render(source)))  # sanitized above
+    html = _rendered.get(("", source), lambda: sanitize(_markdown().render(source)))
+    return mark_safe(html)  # sanitized
 
 
 def highlight_code(code: str, language: str) -> SafeString:
     """Highlighted code (JSON schemas, tool arguments), escaped when no lexer fits."""
+    return mark_safe(
+        _rendered.get((f"code:{language}", code), lambda: _highlighted(code, language))
+    )
+
+
+def _highlighted(code: str, language: str) -> str:
     html = _highlight(code, language, "")
     if not html:
-        return mark_safe(f'<pre class="code"><code>{escape(code)}</code></pre>')
-    return mark_safe(sanitize(html))  # sanitized above
+        return f'<pre class="code"><code>{escape(code)}</code></pre>'
+    return sanitize(html)
 
 
 def pygments_css() -> str:
