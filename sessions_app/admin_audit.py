@@ -32,7 +32,7 @@ from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
 from django.contrib.admin.views.main import ChangeList
 from django.core.handlers.asgi import ASGIRequest
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -192,12 +192,24 @@ class HeaderChangesFilter(admin.SimpleListFilter):
 
 
 class AuditPaginator(Paginator):
-    """Counts the list's rows through `audit_count` (cheaper when nothing is filtered)."""
+    """Counts the list's rows through `audit_count` (cheaper when nothing is filtered) and
+    reads a page through `audit_page` (its ids first, then its rows)."""
 
     @cached_property
     def count(self) -> int:
         rows = self.object_list
         return audit.audit_count(rows) if isinstance(rows, QuerySet) else len(rows)
+
+    def page(self, number: Any) -> Page:
+        rows = self.object_list
+        if not isinstance(rows, QuerySet):
+            return super().page(number)
+        number = self.validate_number(number)
+        start = (number - 1) * self.per_page
+        stop = start + self.per_page
+        if stop + self.orphans >= self.count:
+            stop = self.count
+        return Page(audit.audit_page(rows, start, stop), number, self)
 
 
 @dataclass(frozen=True)

@@ -541,6 +541,18 @@ def test_the_lists_links_carry_its_filters(staff: Client, desk: Desk, alice: Use
         assert f'href="{LIST}{door}{carried}"' in html, door
 
 
+def test_the_lists_pages_hold_its_rows_in_order(
+    staff: Client, desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(admin_audit.RequestAuditAdmin, "list_per_page", 4)
+    pages = [staff.get(f"{LIST}?p={n}").context["cl"] for n in (1, 2, 3)]
+    every = list(pages[0].queryset)  # the filtered rows in the list's order, unpaged
+    assert len(every) == 9
+    assert [[row.pk for row in cl.result_list] for cl in pages] == [
+        [row.pk for row in every[start : start + 4]] for start in (0, 4, 8)
+    ]
+
+
 def test_the_lists_count_agrees_with_its_rows(staff: Client, desk: Desk, alice: User) -> None:
     # Unfiltered, the count is taken from the request events themselves.
     assert audit.audit_count(audit.audit_rows()) == audit.audit_rows().count() == 9
