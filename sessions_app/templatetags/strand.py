@@ -10,9 +10,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django import template
+from django.template.defaultfilters import truncatechars
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.safestring import SafeString
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
 
 from projections.chat import Usage
 from sessions_app.render import highlight_code, render_markdown
@@ -273,6 +275,41 @@ def live_url(context: template.Context) -> str:
     params = context["q"].params()
     params["fragment"] = "live"
     return str(reverse("session", args=[session.id]) + "?" + urlencode(params))
+
+
+# A tree row's chip: by marker, then by message role, then by entry type.
+_MARKER_CHIPS = {"compaction": "compacted", "branch_summary": "summary"}
+_ROLE_CHIPS = {"user": "user", "assistant": "agent", "toolResult": "tool"}
+_TYPE_CHIPS = {
+    "label": "label",
+    "model_change": "model",
+    "thinking_level_change": "think",
+    "session_info": "name",
+}
+
+
+@register.simple_tag
+def node_text(node: Any, current_leaf: Any) -> SafeString:
+    """A tree row's text: its chip, its one-line text, its label and the current leaf's
+    mark. Drawn in Python: it is on every row of the tree, where a template of its own
+    cost more than the rest of the row."""
+    role, kind = node.role, node.type
+    chip = _MARKER_CHIPS.get(node.marker) if node.marker else None
+    if chip is None and role:
+        chip = _ROLE_CHIPS.get(role) or truncatechars(role, 6)
+    if chip is None:
+        chip = _TYPE_CHIPS.get(kind) or truncatechars(kind, 8)
+    html = format_html(
+        '<span class="chip {}">{}</span><span class="text">{}</span>',
+        f"r-{role}" if role else f"t-{kind}",
+        chip,
+        node.text,
+    )
+    if node.label:
+        html += format_html('<span class="label-badge" title="Label">{}</span>', node.label)
+    if node.id == current_leaf:
+        html += mark_safe('<span class="here" title="The current leaf">●</span>')
+    return html
 
 
 @register.filter
