@@ -58,10 +58,14 @@ from sessions_app.templatetags.strand import (
 )
 
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
+CHUNK_CHARS = 256 * 1024  # or fewer Pi file lines, once they come to this much text
 TURNS_PER_CHUNK = 200  # trace turns rendered at a time
 # Read a page of the log at a time: entries (whole Pi entries, a few KB each) and events.
 ENTRIES_PER_READ = 500
 EVENTS_PER_READ = 1000
+# The trace is folded this many turns (or events, then the rest of a turn) at a time.
+TRACE_WINDOW_TURNS = 200
+TRACE_WINDOW_EVENTS = 5000
 STYLES = ("css/strand.css", "css/highlight.css")
 SCRIPTS = ("js/strand.js", "js/export.js")
 PAGE_TEMPLATE = "sessions/export.html"
@@ -201,7 +205,10 @@ def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _Sp
     written to `spill`, the totals kept."""
     trace = _SpilledTrace(turn_html=_Spilled(file), span_data=_Spilled(file))
     events = selectors.log_stream(session.id, page=EVENTS_PER_READ)
-    for chunk in project_trace_windows(events):
+    windows = project_trace_windows(
+        events, window_turns=TRACE_WINDOW_TURNS, window_events=TRACE_WINDOW_EVENTS
+    )
+    for chunk in windows:
         blocks = trace_blocks(chunk.view)  # newest first, within the window
         trace.turns += len(blocks)
         for turn in chunk.view.spans:  # summed oldest first, as a whole trace sums them
@@ -320,11 +327,13 @@ def _pi_lines(session: Session, entries: Iterable[EntryRecord]) -> Iterator[str]
     strings, where their \\u escapes mean the same, so no line can close the block."""
     lines = pi_io.pi_export_lines(session, entries)
     batch: list[str] = []
+    size = 0
     for line in lines:
         batch.append(_inert(line if line.endswith("\n") else line + "\n"))
-        if len(batch) >= ITEMS_PER_CHUNK:
+        size += len(batch[-1])
+        if len(batch) >= ITEMS_PER_CHUNK or size >= CHUNK_CHARS:
             yield "".join(batch)
-            batch = []
+            batch, size = [], 0
     if batch:
         yield "".join(batch)
 
