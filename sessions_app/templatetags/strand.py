@@ -312,6 +312,84 @@ def node_text(node: Any, current_leaf: Any) -> SafeString:
     return html
 
 
+@register.simple_tag(takes_context=True)
+def tree_row(context: template.Context, row: Any) -> SafeString:
+    """One row of the tree (`<li>`): drawn in Python, for the same reason as `node_text`,
+    from the page's `q`, `current_leaf` and `can_write`."""
+    node, query = row.node, context.get("q")
+    current_leaf = context.get("current_leaf")
+    classes = [indent_class(row.display_indent), f"t-{node.type}"]
+    if node.role:
+        classes.append(f"r-{node.role}")
+    marks = (
+        (node.on_active_path, "on-path"),
+        (node.is_current_leaf, "shown-leaf"),
+        (node.id == current_leaf, "current"),
+        (node.id == getattr(query, "entry", None), "selected"),
+        (node.id == getattr(query, "mark", None), "marked"),
+        (node.label, "labeled"),
+    )
+    classes += [name for on, name in marks if on]
+    parts = [
+        format_html(
+            '<li class="node {}" id="node-{}" data-id="{}" data-depth="{}">',
+            " ".join(classes),
+            node.id,
+            node.id,
+            node.depth,
+        )
+    ]
+    if indent_hidden(row.display_indent):
+        parts.append(
+            format_html(
+                '<span class="deep" title="{} levels in">{}</span>',
+                row.display_indent,
+                num(row.display_indent),
+            )
+        )
+    if row.connector:
+        last = " last" if row.is_last else ""
+        parts.append(f'<span class="conn{last}" aria-hidden="true"></span>')
+    if len(node.children) > 1:
+        parts.append(
+            format_html(
+                '<button type="button" class="fold js-only" aria-expanded="true" '
+                'title="Fold the {} entries below" data-fold>▾</button>',
+                node.descendants,
+            )
+        )
+    text = node_text(node, current_leaf)
+    if context.get("can_write"):
+        parts.append(
+            format_html(
+                '<button type="submit" form="leaf-form" name="entry_id" value="{}" '
+                'class="node-text">{}\n</button>',
+                node.id,
+                text,
+            )
+        )
+    else:
+        parts.append(
+            format_html(
+                '<a class="node-text" href="?view={}&amp;leaf={}">{}\n</a>',
+                getattr(query, "view", ""),
+                node.id,
+                text,
+            )
+        )
+    more_url = str(query.querystring(entry=node.id) or "?") if query is not None else "?"
+    parts.append(
+        format_html(
+            '<a class="node-more" href="{}#node-{}" hx-get="{}" hx-target="#tree" '
+            'aria-label="Actions">⋯</a></li>',
+            more_url,
+            node.id,
+            more_url,
+        )
+    )
+    return mark_safe("".join(parts))  # each part escaped above
+
+
 @register.filter
 def pair(pairs: Any, key: str) -> Any:
     """The value of `key` in a tuple of (key, value) pairs (a trace span's inputs)."""
