@@ -407,6 +407,14 @@ class _Builder:
     results: dict[str, EntryRecord]  # call id → its (first) result entry on the path
     owners: dict[str, str]  # call id → entry id of the assistant that asked for it
     notes: dict[str, list[NoteItem]]  # entry id → notes that follow its item
+    # entry id → its item (None: not shown), built once though both the turn notes and
+    # the items ask for it
+    built: dict[str, ChatItem | None] = field(default_factory=dict)
+
+    def item(self, entry: EntryRecord) -> ChatItem | None:
+        if entry.id not in self.built:
+            self.built[entry.id] = _entry_item(entry, self)
+        return self.built[entry.id]
 
     def absorbed(self, entry: EntryRecord) -> bool:
         """A tool result shown under its assistant message instead of on its own."""
@@ -421,7 +429,7 @@ class _Builder:
     def items(self, entries: Sequence[EntryRecord]) -> list[ChatItem]:
         out: list[ChatItem] = []
         for entry in entries:
-            item = None if self.absorbed(entry) else _entry_item(entry, self)
+            item = None if self.absorbed(entry) else self.item(entry)
             if item is not None:
                 out.append(item)
                 out.extend(self.notes.get(entry.id, ()))
@@ -529,7 +537,7 @@ def _turn_notes(path: Sequence[EntryRecord], builder: _Builder) -> dict[str, lis
 
 
 def _displayed(entry: EntryRecord, builder: _Builder) -> bool:
-    return builder.absorbed(entry) or _entry_item(entry, builder) is not None
+    return builder.absorbed(entry) or builder.item(entry) is not None
 
 
 def _anchor_id(entry: EntryRecord, builder: _Builder) -> str:
