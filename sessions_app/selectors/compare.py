@@ -7,10 +7,11 @@ until the two climbs from the leaves meet or pass their roots: the work follows 
 distance from the leaves back to their ancestor, never the rest of the session.
 
 Then: the entries of the rows shown; the few facts the totals sum of each branch entry
-(its turn, role, an assistant message's tokens, cost and tool calls, a tool result's error
-flag); one aggregate row per turn of either branch (its requests, whether it was
-interrupted, its wall time); and the two leaves' next contexts (their kept windows;
-without a compaction, the path above the ancestor is read once).
+(its role, an assistant message's tokens, cost and tool calls, a tool result's error
+flag), read as one range; one aggregate row per turn of either branch (its requests,
+whether it was interrupted, its wall time), read as one range of the log; and the two
+leaves' next contexts (their kept windows; without a compaction, the path above the
+ancestor is read once).
 """
 
 from __future__ import annotations
@@ -66,31 +67,40 @@ _RANGE = """
 SELECT e.entry_id, e.parent_id, e.depth, e.seq FROM sessions_app_entry e
 WHERE e.session_id = %(s)s AND e.seq >= %(lo)s AND e.seq < %(hi)s
 """
-# Every entry in the branches' range of seqs (both ranges read in seq order, side by side),
-# with the turn of the event that added it; the caller keeps the branches' own.
+# Every entry in the branches' range of seqs; the caller keeps the branches' own.
 _FACTS = f"""
-SELECT e.seq, ev.turn, f.role,
+SELECT e.seq, f.role,
        CASE WHEN f.role = 'assistant' THEN {_TOKENS} ELSE 0 END,
        CASE WHEN f.role = 'assistant' THEN {_COST} ELSE 0 END,
        CASE WHEN f.role = 'assistant' THEN {_CALLS} ELSE 0 END,
        f.role = 'toolResult' AND coalesce(e.data #> '{{message,isError}}' = 'true'::jsonb, false)
 FROM sessions_app_entry e
-JOIN sessions_app_event ev ON ev.seq = e.seq
 CROSS JOIN LATERAL (SELECT {_ROLE} AS role) f
 WHERE e.session_id = %(s)s AND e.seq >= %(lo)s AND e.seq <= %(hi)s
-  AND ev.session_id = %(s)s AND ev.seq >= %(lo)s AND ev.seq <= %(hi)s
 """
 
-# Per turn: its requests (the manifests, or the replies where a reply has none), whether
-# it was interrupted, and its wall time in microseconds, to its turn/end or, for an
-# interrupted turn, to the last event its own process wrote (recovery's closers come
-# later). Turns still open have no wall time. (Narrow rows first: the sort stays small.)
+# The turns that wrote the branches' entries, read as one range of the log: one turn runs
+# at a time, so only the turns of the range's first and last events reach past it, and the
+# range is widened to hold them whole. Per turn: the seqs of the entries it wrote; its
+# requests (the manifests, or the replies where a reply has none); whether it was
+# interrupted; and its wall time in microseconds, to its turn/end or, for an interrupted
+# turn, to the last event its own process wrote (recovery's closers come later). A turn
+# still open has no wall time.
 _TURNS = """
-SELECT turn, greatest(sent, replies), interrupted,
+WITH bounds AS (
+    SELECT least(%(lo)s, min(e.seq)) AS lo, greatest(%(hi)s, max(e.seq)) AS hi
+    FROM sessions_app_event e
+    WHERE e.session_id = %(s)s AND e.turn IN (
+        SELECT x.turn FROM sessions_app_event x
+        WHERE x.session_id = %(s)s AND x.seq IN (%(lo)s, %(hi)s) AND x.turn IS NOT NULL
+    )
+)
+SELECT entries, greatest(sent, replies), interrupted,
        (extract(epoch FROM CASE WHEN interrupted THEN coalesce(alive, started) ELSE ended END
                          - started) * 1000000)::bigint
 FROM (
     SELECT turn,
+           array_agg(seq) FILTER (WHERE adds) AS entries,
            count(*) FILTER (WHERE type = 'request/sent') AS sent,
            count(*) FILTER (WHERE type = 'assistant/message') AS replies,
            min(time) AS started,
@@ -100,15 +110,18 @@ FROM (
            max(time) FILTER (WHERE type NOT IN ('turn/end', 'step/end') AND NOT recovered)
                AS alive
     FROM (
-        SELECT e.turn, e.type, e.time,
+        SELECT e.seq, e.turn, e.type, e.time, e.entry_id IS NOT NULL AS adds,
                CASE WHEN e.type = 'turn/end' THEN e.data->>'reason' END AS reason,
                e.type = 'tool/result'
                    AND coalesce(e.data->>'error_code', '') = ANY(%(cut)s) AS recovered
-        FROM sessions_app_event e
-        WHERE e.session_id = %(s)s AND e.turn = ANY(%(turns)s)
+        FROM sessions_app_event e, bounds
+        WHERE e.session_id = %(s)s AND e.seq >= bounds.lo AND e.seq <= bounds.hi
+          AND e.turn IS NOT NULL
+        OFFSET 0  -- narrow rows first: the sort below carries no data
     ) e
     GROUP BY turn
 ) t
+WHERE entries IS NOT NULL
 """
 
 
@@ -126,7 +139,6 @@ class _Node:
 class _Facts:
     """What the totals sum of one entry."""
 
-    turn: int | None
     role: str | None
     tokens: int
     cost: float
@@ -219,8 +231,8 @@ def _read_facts(session: Session, seqs: list[int]) -> dict[int, _Facts]:
         cur.execute(_FACTS, {"s": str(session.id), "lo": min(seqs), "hi": max(seqs)})
         rows = cur.fetchall()
     return {
-        seq: _Facts(turn, role, int(tokens), float(cost), int(calls), bool(error))
-        for seq, turn, role, tokens, cost, calls, error in rows
+        seq: _Facts(role, int(tokens), float(cost), int(calls), bool(error))
+        for seq, role, tokens, cost, calls, error in rows
         if seq in wanted
     }
 
@@ -280,27 +292,45 @@ def _compacted(session: Session, *leaves: str) -> bool:
         return cur.fetchone() is not None
 
 
-def branch_totals(session: Session, *branches: Branch) -> list[BranchTotals]:
+_TurnFacts = tuple[int, bool, int | None]  # requests, interrupted, wall time (µs)
+
+
+def branch_totals(session: Session, a: Branch, b: Branch) -> tuple[BranchTotals, BranchTotals]:
     """Totals of each branch below the ancestor: its messages', and those of the turns that
     wrote its entries. A turn that wrote entries on both sides of the divergence counts on
-    both. One read of the entries' facts and one of the turns, for all the branches."""
-    facts = _read_facts(session, sorted({n.seq for branch in branches for n in branch.nodes}))
-    turns = sorted({f.turn for f in facts.values() if f.turn is not None})
-    per_turn: dict[int, tuple[int, bool, int | None]] = {}
-    if turns:
+    both. One read of the entries' facts and one of the turns, for both branches."""
+    seqs_a, seqs_b = [n.seq for n in a.nodes], [n.seq for n in b.nodes]
+    facts = _read_facts(session, sorted(set(seqs_a) | set(seqs_b)))
+    turns_a: list[_TurnFacts] = []
+    turns_b: list[_TurnFacts] = []
+    if facts:
         with connection.cursor() as cur:
             cur.execute(
                 _TURNS,
-                {"s": str(session.id), "turns": turns, "cut": [OUTCOME_UNKNOWN, NOT_STARTED]},
+                {
+                    "s": str(session.id),
+                    "lo": min(facts),
+                    "hi": max(facts),
+                    "cut": [OUTCOME_UNKNOWN, NOT_STARTED],
+                },
             )
-            per_turn = {row[0]: (int(row[1]), bool(row[2]), row[3]) for row in cur.fetchall()}
-    return [_totals([facts[n.seq] for n in b.nodes], per_turn) for b in branches]
+            rows = cur.fetchall()
+        on_a, on_b = set(seqs_a), set(seqs_b)
+        for entries, requests, interrupted, wall_us in rows:
+            turn = (int(requests), bool(interrupted), wall_us)
+            if not on_a.isdisjoint(entries):
+                turns_a.append(turn)
+            if not on_b.isdisjoint(entries):
+                turns_b.append(turn)
+    return (
+        _totals([facts[s] for s in seqs_a], turns_a),
+        _totals([facts[s] for s in seqs_b], turns_b),
+    )
 
 
-def _totals(entries: list[_Facts], turns: dict[int, tuple[int, bool, int | None]]) -> BranchTotals:
+def _totals(entries: list[_Facts], turns: list[_TurnFacts]) -> BranchTotals:
     replies = [e for e in entries if e.role == "assistant"]
-    own = [turns[t] for t in {e.turn for e in entries if e.turn is not None} if t in turns]
-    wall_us = sum(us for _, _, us in own if us is not None)
+    wall_us = sum(us for _, _, us in turns if us is not None)
     return BranchTotals(
         entries=len(entries),
         tokens=sum(e.tokens for e in replies),
@@ -308,7 +338,7 @@ def _totals(entries: list[_Facts], turns: dict[int, tuple[int, bool, int | None]
         responses=len(replies),
         tool_calls=sum(e.calls for e in replies),
         tool_errors=sum(1 for e in entries if e.error),
-        model_requests=sum(requests for requests, _, _ in own),
-        interrupted_turns=sum(1 for _, cut, _ in own if cut),
+        model_requests=sum(requests for requests, _, _ in turns),
+        interrupted_turns=sum(1 for _, cut, _ in turns if cut),
         wall_time_ms=int(timedelta(microseconds=wall_us).total_seconds() * 1000),
     )

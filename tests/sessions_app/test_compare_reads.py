@@ -4,6 +4,7 @@ event of the branches' turns."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -116,7 +117,11 @@ def tree(alice: Any) -> tuple[Session, dict[str, str]]:
     alive, closers = cut_turn(5)
     b = append(session, [moved(shared[-1]), *alive])
     b += append(session, closers)
-    b += append(session, tool_turn(6, fails=True, retried=True))
+    # B's last turn ends a while after its last entry, past the range of the entries.
+    last = tool_turn(6, fails=True, retried=True)
+    b += append(session, last[:-2])
+    time.sleep(0.05)
+    b += append(session, last[-2:])
     c = append(session, [moved(None), entry("user", 7, content="elsewhere")])
     return session, {
         "root": shared[0],
@@ -194,3 +199,4 @@ def test_the_totals_count_what_each_branch_did(tree: tuple[Session, dict[str, st
     # B: the cut turn (two calls asked, one result written by recovery) and a tool turn.
     assert (b.responses, b.tool_calls, b.tool_errors, b.model_requests) == (3, 3, 2, 4)
     assert b.interrupted_turns == 1
+    assert b.wall_time_ms >= 50  # to turn 6's turn/end, read past the last entry
