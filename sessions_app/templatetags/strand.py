@@ -239,16 +239,36 @@ def role_name(role: Any) -> str:
 @register.simple_tag(takes_context=True)
 def page_url(context: template.Context, **changes: Any) -> str:
     """The session page URL with the current query, some parameters changed."""
-    session = context["session"]
+    return _session_url(context) + _querystring(context, changes)
+
+
+def _querystring(context: template.Context, changes: dict[str, Any]) -> str:
+    """The page's query string with `changes`, made once a render for each set of changes
+    (a link's `href` and `hx-get` ask for the same one)."""
     query = context["q"]
-    return str(reverse("session", args=[session.id]) + query.querystring(**changes))
+    key = f"strand.querystring:{id(query)}:{sorted(changes.items())!r}"
+    found = context.render_context.get(key)
+    if found is None:
+        found = context.render_context[key] = str(query.querystring(**changes))
+    return str(found)
+
+
+def _session_url(context: template.Context) -> str:
+    """The session page's path, reversed once a render: the trace repeats `page_url` on
+    every span, and reversing a URL costs more than the rest of the tag."""
+    session_id = context["session"].id
+    key = f"strand.session_url:{session_id}"
+    url = context.render_context.get(key)
+    if url is None:
+        url = context.render_context[key] = reverse("session", args=[session_id])
+    return str(url)
 
 
 @register.simple_tag(takes_context=True)
 def rel_url(context: template.Context, **changes: Any) -> str:
     """The current page's URL relative to itself (`?view=…&entry=…`), some parameters
     changed: short enough to repeat on every row of a long tree or chat."""
-    return str(context["q"].querystring(**changes) or "?")
+    return _querystring(context, changes) or "?"
 
 
 @register.simple_tag(takes_context=True)
@@ -330,7 +350,7 @@ def tree_row(context: template.Context, row: Any) -> SafeString:
         (node.label, "labeled"),
     )
     classes += [name for on, name in marks if on]
-    parts = [
+    parts: list[str] = [
         format_html(
             '<li class="node {}" id="node-{}" data-id="{}" data-depth="{}">',
             " ".join(classes),
