@@ -488,10 +488,15 @@ class UsageOverview:
 
 def usage_overview(rows: QuerySet[RequestAudit]) -> UsageOverview:
     """Tokens and cost of the requests among `rows` (their replies' usage), per day (in
-    the server's time zone), per user and per provider and model: one pass, grouped."""
+    the server's time zone), per user and per provider and model: one pass, grouped.
+
+    The requests are summed per day, owner, session and header first, and each header's
+    provider and model read once per such group: a header holds the whole system prompt
+    and tool schemas (often stored out of line, compressed), which reading its provider
+    and model again for every request would unpack each time."""
     picked, params = _sql(
         rows.filter(type="request/sent").values(
-            "id", "session_id", "seq", "type", "time", "owner_id", "provider", "model"
+            "id", "session_id", "seq", "type", "time", "owner_id", "header_seq"
         )
     )
     with transaction.atomic(), connection.cursor() as cur:
@@ -499,14 +504,30 @@ def usage_overview(rows: QuerySet[RequestAudit]) -> UsageOverview:
         cur.execute("SET LOCAL jit = off")
         cur.execute(
             f"""
-            SELECT GROUPING(p.day), GROUPING(u.username), GROUPING(p.provider, p.model),
-                   p.day, u.username, p.provider, p.model,
-                   count(*), COALESCE(sum({_INPUT}), 0), COALESCE(sum({_OUTPUT}), 0),
-                   COALESCE(sum({_TOTAL}), 0), COALESCE(sum({_COST}), 0)
-            FROM (SELECT q.*, (q.time AT TIME ZONE %s)::date AS day FROM ({picked}) q) p
-            JOIN auth_user u ON u.id = p.owner_id
-            {_REPLY}
-            GROUP BY GROUPING SETS ((p.day), (u.username), (p.provider, p.model), ())
+            SELECT GROUPING(g.day), GROUPING(u.username), GROUPING(g.provider, g.model),
+                   g.day, u.username, g.provider, g.model,
+                   sum(g.requests), COALESCE(sum(g.input_tokens), 0),
+                   COALESCE(sum(g.output_tokens), 0), COALESCE(sum(g.total_tokens), 0),
+                   COALESCE(sum(g.cost), 0)
+            FROM (
+                SELECT r.*, COALESCE(h.data ->> 'provider', '') AS provider,
+                       COALESCE(h.data ->> 'model', '') AS model
+                FROM (
+                    SELECT p.day, p.owner_id, p.session_id, p.header_seq, count(*) AS requests,
+                           sum({_INPUT}) AS input_tokens, sum({_OUTPUT}) AS output_tokens,
+                           sum({_TOTAL}) AS total_tokens, sum({_COST}) AS cost
+                    FROM (
+                        SELECT q.*, (q.time AT TIME ZONE %s)::date AS day FROM ({picked}) q
+                    ) p
+                    {_REPLY}
+                    GROUP BY p.day, p.owner_id, p.session_id, p.header_seq
+                ) r
+                LEFT JOIN sessions_app_event h
+                  ON h.session_id = r.session_id AND h.seq = r.header_seq
+                 AND h.type = 'request/header'
+            ) g
+            JOIN auth_user u ON u.id = g.owner_id
+            GROUP BY GROUPING SETS ((g.day), (u.username), (g.provider, g.model), ())
             """,
             [settings.TIME_ZONE, *params],
         )
