@@ -16,7 +16,6 @@ ancestor is read once).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -125,25 +124,10 @@ WHERE entries IS NOT NULL
 """
 
 
-@dataclass(frozen=True, slots=True)
-class _Node:
-    """Where one entry hangs."""
-
-    id: str
-    parent: str | None
-    depth: int
-    seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Facts:
-    """What the totals sum of one entry."""
-
-    role: str | None
-    tokens: int
-    cost: float
-    calls: int
-    error: bool
+# One entry where it hangs: (id, parent id, depth, seq), as the range read gives it.
+_Node = tuple[str, str | None, int, int]
+# What the totals sum of one entry: (seq, role, tokens, cost, tool calls, error).
+_Facts = tuple[int, str | None, int, float, int, bool]
 
 
 @dataclass(frozen=True)
@@ -154,7 +138,11 @@ class Branch:
 
     @property
     def ids(self) -> list[str]:
-        return [e.id for e in self.nodes]
+        return [node[0] for node in self.nodes]
+
+    @property
+    def seqs(self) -> list[int]:
+        return [node[3] for node in self.nodes]
 
 
 @dataclass(frozen=True)
@@ -165,60 +153,55 @@ class Divergence:
     b: Branch
 
 
+@dataclass
+class _Climb:
+    """The path from a leaf up, as far as the entries read so far reach."""
+
+    at: str | None  # the next entry to climb to; None past the root
+    path: list[_Node] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)  # id → place on the path
+
+    def go(self, known: dict[str, _Node]) -> list[_Node]:
+        """Climb on; the entries newly climbed."""
+        start = len(self.path)
+        while self.at is not None and (node := known.get(self.at)) is not None:
+            self.index[node[0]] = len(self.path)
+            self.path.append(node)
+            self.at = node[1]
+        return self.path[start:]
+
+
 def divergence(session: Session, a: str, b: str) -> Divergence:
     """Where the paths to `a` and to `b` part (both must exist), and the entries below on
-    each side."""
+    each side. Each chunk read lets both climbs go on; the first entry either reaches that
+    the other has passed is their deepest common one."""
     heads = {e.id: e for e in store.entries_by_id(session.id, [a, b])}
     hi = max(heads[a].seq, heads[b].seq) + 1
     known: dict[str, _Node] = {}
+    climbs = (_Climb(a), _Climb(b))
     chunk = FIRST_CHUNK
+    met: list[_Node] = []
     while True:
         lo = max(0, hi - chunk)
-        known.update((e.id, e) for e in _read_range(session, lo, hi))
-        met = _meet(known, a, b, complete=lo == 0)
-        if met is not None:
+        known.update((row[0], row) for row in _read_range(session, lo, hi))
+        new_a, new_b = climbs[0].go(known), climbs[1].go(known)
+        met = [n for n in new_a if n[0] in climbs[1].index]
+        met += [n for n in new_b if n[0] in climbs[0].index]
+        if met or lo == 0 or (climbs[0].at is None and climbs[1].at is None):
             break
         hi, chunk = lo, chunk * 2
-    top, side_a, side_b = met
-    depth = known[top].depth if top is not None else -1
-    return Divergence(top, depth, Branch(side_a[::-1]), Branch(side_b[::-1]))
+    if not met:
+        return Divergence(None, -1, Branch(climbs[0].path[::-1]), Branch(climbs[1].path[::-1]))
+    top = max(met, key=lambda node: node[2])
+    side_a = climbs[0].path[: climbs[0].index[top[0]]]
+    side_b = climbs[1].path[: climbs[1].index[top[0]]]
+    return Divergence(top[0], top[2], Branch(side_a[::-1]), Branch(side_b[::-1]))
 
 
-def _meet(
-    known: dict[str, _Node], a: str, b: str, *, complete: bool
-) -> tuple[str | None, list[_Node], list[_Node]] | None:
-    """(ancestor, A's entries below it, B's), leaf first, once the climbs from both leaves
-    meet, or both reach a root (no ancestor); None while the range read so far stops them.
-    `complete`: the range reaches the session's start (a parent not read is not there)."""
-    climb_a, whole_a = _climb(known, a)
-    on_a = {e.id: i for i, e in enumerate(climb_a)}
-    climb_b, whole_b = _climb(known, b)
-    for j, entry in enumerate(climb_b):
-        if entry.id in on_a:
-            return entry.id, climb_a[: on_a[entry.id]], climb_b[:j]
-    if (whole_a and whole_b) or complete:
-        return None, climb_a, climb_b
-    return None
-
-
-def _climb(known: dict[str, _Node], leaf: str) -> tuple[list[_Node], bool]:
-    """The entries from `leaf` up as far as `known` reaches; and whether that is its root."""
-    path: list[_Node] = []
-    at: str | None = leaf
-    while at is not None:
-        entry = known.get(at)
-        if entry is None:
-            return path, False
-        path.append(entry)
-        at = entry.parent
-    return path, True
-
-
-def _read_range(session: Session, lo: int, hi: int) -> Iterable[_Node]:
+def _read_range(session: Session, lo: int, hi: int) -> list[_Node]:
     with connection.cursor() as cur:
         cur.execute(_RANGE, {"s": str(session.id), "lo": lo, "hi": hi})
-        rows = cur.fetchall()
-    return (_Node(entry_id, parent, depth, seq) for entry_id, parent, depth, seq in rows)
+        return cur.fetchall()
 
 
 def _read_facts(session: Session, seqs: list[int]) -> dict[int, _Facts]:
@@ -229,12 +212,7 @@ def _read_facts(session: Session, seqs: list[int]) -> dict[int, _Facts]:
     wanted = set(seqs)
     with connection.cursor() as cur:
         cur.execute(_FACTS, {"s": str(session.id), "lo": min(seqs), "hi": max(seqs)})
-        rows = cur.fetchall()
-    return {
-        seq: _Facts(role, int(tokens), float(cost), int(calls), bool(error))
-        for seq, role, tokens, cost, calls, error in rows
-        if seq in wanted
-    }
+        return {row[0]: row for row in cur.fetchall() if row[0] in wanted}
 
 
 def ancestor_depth(session: Session, a: str, b: str) -> int:
@@ -299,7 +277,7 @@ def branch_totals(session: Session, a: Branch, b: Branch) -> tuple[BranchTotals,
     """Totals of each branch below the ancestor: its messages', and those of the turns that
     wrote its entries. A turn that wrote entries on both sides of the divergence counts on
     both. One read of the entries' facts and one of the turns, for both branches."""
-    seqs_a, seqs_b = [n.seq for n in a.nodes], [n.seq for n in b.nodes]
+    seqs_a, seqs_b = a.seqs, b.seqs
     facts = _read_facts(session, sorted(set(seqs_a) | set(seqs_b)))
     turns_a: list[_TurnFacts] = []
     turns_b: list[_TurnFacts] = []
@@ -329,15 +307,15 @@ def branch_totals(session: Session, a: Branch, b: Branch) -> tuple[BranchTotals,
 
 
 def _totals(entries: list[_Facts], turns: list[_TurnFacts]) -> BranchTotals:
-    replies = [e for e in entries if e.role == "assistant"]
+    replies = [e for e in entries if e[1] == "assistant"]
     wall_us = sum(us for _, _, us in turns if us is not None)
     return BranchTotals(
         entries=len(entries),
-        tokens=sum(e.tokens for e in replies),
-        cost=sum(e.cost for e in replies),
+        tokens=int(sum(e[2] for e in replies)),
+        cost=float(sum(e[3] for e in replies)),
         responses=len(replies),
-        tool_calls=sum(e.calls for e in replies),
-        tool_errors=sum(1 for e in entries if e.error),
+        tool_calls=int(sum(e[4] for e in replies)),
+        tool_errors=sum(1 for e in entries if e[5]),
         model_requests=sum(requests for requests, _, _ in turns),
         interrupted_turns=sum(1 for _, cut, _ in turns if cut),
         wall_time_ms=int(timedelta(microseconds=wall_us).total_seconds() * 1000),
