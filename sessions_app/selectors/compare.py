@@ -155,47 +155,60 @@ class Divergence:
 
 @dataclass
 class _Climb:
-    """The path from a leaf up, as far as the entries read so far reach."""
+    """The path from a leaf up, as far as it has gone."""
 
     at: str | None  # the next entry to climb to; None past the root
     path: list[_Node] = field(default_factory=list)
-    index: dict[str, int] = field(default_factory=dict)  # id → place on the path
 
-    def go(self, known: dict[str, _Node]) -> list[_Node]:
-        """Climb on; the entries newly climbed."""
-        start = len(self.path)
-        while self.at is not None and (node := known.get(self.at)) is not None:
-            self.index[node[0]] = len(self.path)
-            self.path.append(node)
-            self.at = node[1]
-        return self.path[start:]
+
+def _climb_both(
+    known: dict[str, _Node], a: _Climb, b: _Climb, *, complete: bool
+) -> tuple[bool, str | None, int]:
+    """Climb from both leaves at once, the deeper one first, until both stand on the same
+    entry (their deepest common one), both pass their roots, or the entries read so far
+    end. (whether done, the common entry, its depth.) `complete`: the entries read reach
+    the session's start, so a parent not read names no entry (Pi keeps such an entry as a
+    root)."""
+    while True:
+        if complete:
+            for climb in (a, b):
+                if climb.at is not None and climb.at not in known:
+                    climb.at = None
+        if a.at is None and b.at is None:
+            return True, None, -1
+        node_a = known.get(a.at) if a.at is not None else None
+        node_b = known.get(b.at) if b.at is not None else None
+        if a.at is not None and a.at == b.at:
+            return (True, node_a[0], node_a[2]) if node_a is not None else (False, None, -1)
+        # The deeper side climbs (a side past its root waits); an entry not read stops both.
+        if b.at is None or (node_a is not None and node_b is not None and node_a[2] >= node_b[2]):
+            side, node = a, node_a
+        elif a.at is None or (node_a is not None and node_b is not None):
+            side, node = b, node_b
+        else:
+            return False, None, -1
+        if node is None:
+            return False, None, -1
+        side.path.append(node)
+        side.at = node[1]
 
 
 def divergence(session: Session, a: str, b: str) -> Divergence:
     """Where the paths to `a` and to `b` part (both must exist), and the entries below on
-    each side. Each chunk read lets both climbs go on; the first entry either reaches that
-    the other has passed is their deepest common one."""
+    each side. Each chunk read lets both climbs go on from where they stopped."""
     heads = {e.id: e for e in store.entries_by_id(session.id, [a, b])}
     hi = max(heads[a].seq, heads[b].seq) + 1
     known: dict[str, _Node] = {}
-    climbs = (_Climb(a), _Climb(b))
+    climb_a, climb_b = _Climb(a), _Climb(b)
     chunk = FIRST_CHUNK
-    met: list[_Node] = []
     while True:
         lo = max(0, hi - chunk)
         known.update((row[0], row) for row in _read_range(session, lo, hi))
-        new_a, new_b = climbs[0].go(known), climbs[1].go(known)
-        met = [n for n in new_a if n[0] in climbs[1].index]
-        met += [n for n in new_b if n[0] in climbs[0].index]
-        if met or lo == 0 or (climbs[0].at is None and climbs[1].at is None):
+        done, top, depth = _climb_both(known, climb_a, climb_b, complete=lo == 0)
+        if done:
             break
         hi, chunk = lo, chunk * 2
-    if not met:
-        return Divergence(None, -1, Branch(climbs[0].path[::-1]), Branch(climbs[1].path[::-1]))
-    top = max(met, key=lambda node: node[2])
-    side_a = climbs[0].path[: climbs[0].index[top[0]]]
-    side_b = climbs[1].path[: climbs[1].index[top[0]]]
-    return Divergence(top[0], top[2], Branch(side_a[::-1]), Branch(side_b[::-1]))
+    return Divergence(top, depth, Branch(climb_a.path[::-1]), Branch(climb_b.path[::-1]))
 
 
 def _read_range(session: Session, lo: int, hi: int) -> list[_Node]:
