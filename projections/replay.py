@@ -9,7 +9,7 @@ those turns and of the original request's turn; nothing else is read.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from projections.chat import content_text
@@ -23,7 +23,9 @@ class ReplayAnswer:
     """One answer to the replayed request: the original (turn of the request) or a replay."""
 
     turn: int | None
-    status: str  # waiting, running, or the turn's end reason (completed, error, …)
+    # waiting, running, or the turn's end reason (completed, error, aborted…); with no live
+    # run: interrupted (started, never ended) or skipped (never started: the group stopped)
+    status: str
     preset: str | None
     provider: str | None
     model: str | None
@@ -78,9 +80,13 @@ def project_replay_group(
     count: int,
     original_events: Sequence[EventRecord],
     replay_events: Sequence[EventRecord],
+    *,
+    running: bool,
 ) -> ReplayGroup:
     """`original_events`: the events of the recorded request's turn (and its header);
-    `replay_events`: those of the group's turns."""
+    `replay_events`: those of the group's turns; `running`: whether a live process holds
+    the session's turn lock (read before the events), which a group holds from its first
+    turn to its last."""
     by_turn: dict[int, list[EventRecord]] = {}
     for event in replay_events:
         if event.turn is not None:
@@ -90,19 +96,22 @@ def project_replay_group(
         events = sorted(by_turn.get(turn, ()), key=lambda e: e.seq)
         start = next((e for e in events if e.type == "turn/start"), None)
         if start is None or start.data.get("replay_group") != group:
-            answers.append(_waiting(turn))
+            answers.append(_waiting(turn, "waiting" if running else "skipped"))
             continue
         sent = next((e for e in events if e.type == "request/sent"), None)
-        answers.append(_answer(turn, events, sent))
+        answer = _answer(turn, events, sent)
+        if answer.status == "running" and not running:
+            answer = replace(answer, status="interrupted")
+        answers.append(answer)
     ordered = sorted(original_events, key=lambda e: e.seq)
     sent = next((e for e in ordered if e.seq == request_seq and e.type == "request/sent"), None)
     original = _answer(sent.turn if sent else None, ordered, sent, original=True)
     return ReplayGroup(group, request_seq, count, original, tuple(answers))
 
 
-def _waiting(turn: int) -> ReplayAnswer:
+def _waiting(turn: int, status: str) -> ReplayAnswer:
     return ReplayAnswer(
-        turn, "waiting", None, None, None, (), None, "", False, (), None, 0, 0, 0.0, None, None
+        turn, status, None, None, None, (), None, "", False, (), None, 0, 0, 0.0, None, None
     )
 
 

@@ -7,10 +7,12 @@ from projections.replay import ReplayGroup, group_turns, project_replay_group
 from sessions_app import store
 from sessions_app.models import Session
 from sessions_app.selectors.events import event_at
+from sessions_app.selectors.turns import turn_lock_held
 
 
 def replay_group(session: Session, group: int) -> ReplayGroup:
     """The replay group whose first turn is `group` (`ReplayGroupNotFound` if none)."""
+    running = turn_lock_held(session.id)  # before the events: see project_replay_group
     first = store.events_of_turns(session.id, [group])
     start = next((e for e in first if e.type == "turn/start"), None)
     group, request_seq, count = group_turns(start)
@@ -23,4 +25,6 @@ def replay_group(session: Session, group: int) -> ReplayGroup:
         original = [*original, header] if header is not None else original
     if sent is not None and all(e.seq != sent.seq for e in original):
         original = [*original, sent]
-    return project_replay_group(group, request_seq, count, original, [*first, *rest])
+    return project_replay_group(
+        group, request_seq, count, original, [*first, *rest], running=running
+    )
