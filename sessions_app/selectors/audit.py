@@ -127,14 +127,13 @@ def audit_count(rows: QuerySet[RequestAudit]) -> int:
 
 
 def audit_page(rows: QuerySet[RequestAudit], start: int, stop: int) -> QuerySet[RequestAudit]:
-    """Rows `start` to `stop` of `rows`, in its order.
+    """Rows `start` to `stop` of `rows`, in its order (read when the page is read).
 
-    The page's ids are read first, from narrow rows: a deep page skips every row before
+    The page's ids are found first, from narrow rows: a deep page skips every row before
     it, and carrying each skipped row's session, owner and header columns along (through
     parallel workers, to be merged in order) took most of a second at page 1,000. Then the
-    page's own rows are read by id, with what they join."""
-    ids = list(rows.values_list("pk", flat=True)[start:stop])
-    return rows.filter(pk__in=ids)
+    page's own rows are read by id, with what they join; one query."""
+    return rows.filter(pk__in=rows.values("pk")[start:stop])
 
 
 def audit_users() -> list[tuple[int, str]]:
