@@ -172,3 +172,17 @@ def test_several_replays_run_in_turn_and_show_side_by_side(
     # A group page of a group of several does not jump to one comparison.
     assert page_client(alice).get(started["compare_url"]).status_code == 200
     assert page_client(alice).get(f"/sessions/{session.id}/replays/{seq}").status_code == 404
+
+
+def test_a_session_working_outside_its_owners_folder_is_not_replayed(
+    as_alice: Api, session: Session, tmp_path: Path
+) -> None:
+    seq = answered(as_alice, session)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    Session.objects.filter(id=session.id).update(cwd=str(elsewhere))
+    before = last_seq(session)
+    response = as_alice.post(f"/sessions/{session.id}/requests/{seq}/replay", {})
+    assert response.status_code == 403
+    assert body_of(response)["error"] == "workspace_not_allowed"
+    assert last_seq(session) == before
