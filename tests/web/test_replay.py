@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from sessions_app import agent, services, store, workspaces
+from sessions_app import agent, replay, services, store, workspaces
 from sessions_app.models import Session
 from tests.web.conftest import client_for
 
@@ -66,6 +66,9 @@ def test_the_owner_replays_from_the_form_and_lands_on_the_comparison(
     assert "Compare with the original" in text and "params.temperature" in text
     assert 'http-equiv="refresh"' not in text
     assert "<b>there</b>" not in text  # text from the conversation is escaped
+    # Every view of the session, and the audit desk, show the replay's turn as any other.
+    for view in ("chat", "trace", "context"):
+        assert client.get(f"/sessions/{session.id}/?view={view}").status_code == 200
 
 
 def test_bad_input_and_a_running_turn_are_refused_with_the_form_again(
@@ -124,8 +127,20 @@ def test_the_audit_detail_offers_the_replay_page_to_staff_as_owner_only(
     session, seq = ran
     row = audit_row_at(session.id, seq)
     assert row is not None
-    page = client_for(carol).get(f"/admin/sessions_app/requestaudit/{row.pk}/change/")
+    staff = client_for(carol)
+    page = staff.get(f"/admin/sessions_app/requestaudit/{row.pk}/change/")
     assert page.status_code == 200
     text = page.content.decode()
     assert f"/sessions/{session.id}/requests/{seq}/replay" in text
     assert "Replay… (owner only)" in text
+    # A replay's header is listed and opens like any other.
+    replay.replay_start(session, seq, replay.replay_plans(preset_names=["offline"]))
+    agent.agent_wait(session.id, 20)
+    header = [e for e in store.events_after(session.id, seq, 1000) if e.type == "request/header"]
+    assert header and header[-1].data["reason"] == "replay"
+    listed = staff.get(f"/admin/sessions_app/requestaudit/?session={session.id}")
+    assert listed.status_code == 200
+    header_row = audit_row_at(session.id, header[-1].seq)
+    assert header_row is not None
+    detail = staff.get(f"/admin/sessions_app/requestaudit/{header_row.pk}/change/")
+    assert detail.status_code == 200
