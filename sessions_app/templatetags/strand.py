@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from html import escape as html_escape
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,7 +14,6 @@ from django import template
 from django.template.defaultfilters import truncatechars
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from projections.chat import Usage
@@ -313,31 +313,40 @@ def node_text(node: Any, current_leaf: Any) -> SafeString:
     """A tree row's text: its chip, its one-line text, its label and the current leaf's
     mark. Drawn in Python: it is on every row of the tree, where a template of its own
     cost more than the rest of the row."""
+    return mark_safe(_node_text(node, current_leaf))  # escaped in _node_text
+
+
+def _node_text(node: Any, current_leaf: Any) -> str:
     role, kind = node.role, node.type
     chip = _MARKER_CHIPS.get(node.marker) if node.marker else None
     if chip is None and role:
         chip = _ROLE_CHIPS.get(role) or truncatechars(role, 6)
     if chip is None:
         chip = _TYPE_CHIPS.get(kind) or truncatechars(kind, 8)
-    html = format_html(
-        '<span class="chip {}">{}</span><span class="text">{}</span>',
-        f"r-{role}" if role else f"t-{kind}",
-        chip,
-        node.text,
+    chip_class = f"r-{role}" if role else f"t-{kind}"
+    html = (
+        f'<span class="chip {_e(chip_class)}">{_e(chip)}</span>'
+        f'<span class="text">{_e(node.text)}</span>'
     )
     if node.label:
-        html += format_html('<span class="label-badge" title="Label">{}</span>', node.label)
+        html += f'<span class="label-badge" title="Label">{_e(node.label)}</span>'
     if node.id == current_leaf:
-        html += mark_safe('<span class="here" title="The current leaf">●</span>')
+        html += '<span class="here" title="The current leaf">●</span>'
     return html
+
+
+def _e(value: Any) -> str:
+    """What `{{ value }}` writes (Django's `escape` is this, marked safe)."""
+    return html_escape(str(value))
 
 
 @register.simple_tag(takes_context=True)
 def tree_row(context: template.Context, row: Any) -> SafeString:
     """One row of the tree (`<li>`): drawn in Python, for the same reason as `node_text`,
-    from the page's `q`, `current_leaf` and `can_write`."""
+    from the page's `q`, `current_leaf` and `can_write`. Every value is escaped with `_e`."""
     node, query = row.node, context.get("q")
     current_leaf = context.get("current_leaf")
+    node_id = _e(node.id)
     classes = [indent_class(row.display_indent), f"t-{node.type}"]
     if node.role:
         classes.append(f"r-{node.role}")
@@ -350,64 +359,38 @@ def tree_row(context: template.Context, row: Any) -> SafeString:
         (node.label, "labeled"),
     )
     classes += [name for on, name in marks if on]
-    parts: list[str] = [
-        format_html(
-            '<li class="node {}" id="node-{}" data-id="{}" data-depth="{}">',
-            " ".join(classes),
-            node.id,
-            node.id,
-            node.depth,
-        )
+    parts = [
+        f'<li class="node {_e(" ".join(classes))}" id="node-{node_id}" data-id="{node_id}" '
+        f'data-depth="{_e(node.depth)}">'
     ]
     if indent_hidden(row.display_indent):
         parts.append(
-            format_html(
-                '<span class="deep" title="{} levels in">{}</span>',
-                row.display_indent,
-                num(row.display_indent),
-            )
+            f'<span class="deep" title="{_e(row.display_indent)} levels in">'
+            f"{_e(num(row.display_indent))}</span>"
         )
     if row.connector:
         last = " last" if row.is_last else ""
         parts.append(f'<span class="conn{last}" aria-hidden="true"></span>')
     if len(node.children) > 1:
         parts.append(
-            format_html(
-                '<button type="button" class="fold js-only" aria-expanded="true" '
-                'title="Fold the {} entries below" data-fold>▾</button>',
-                node.descendants,
-            )
+            '<button type="button" class="fold js-only" aria-expanded="true" '
+            f'title="Fold the {_e(node.descendants)} entries below" data-fold>▾</button>'
         )
-    text = node_text(node, current_leaf)
+    text = _node_text(node, current_leaf)
     if context.get("can_write"):
         parts.append(
-            format_html(
-                '<button type="submit" form="leaf-form" name="entry_id" value="{}" '
-                'class="node-text">{}\n</button>',
-                node.id,
-                text,
-            )
+            f'<button type="submit" form="leaf-form" name="entry_id" value="{node_id}" '
+            f'class="node-text">{text}\n</button>'
         )
     else:
-        parts.append(
-            format_html(
-                '<a class="node-text" href="?view={}&amp;leaf={}">{}\n</a>',
-                getattr(query, "view", ""),
-                node.id,
-                text,
-            )
-        )
-    more_url = str(query.querystring(entry=node.id) or "?") if query is not None else "?"
+        view = _e(getattr(query, "view", ""))
+        parts.append(f'<a class="node-text" href="?view={view}&amp;leaf={node_id}">{text}\n</a>')
+    more_url = _e(query.querystring(entry=node.id) or "?") if query is not None else "?"
     parts.append(
-        format_html(
-            '<a class="node-more" href="{}#node-{}" hx-get="{}" hx-target="#tree" '
-            'aria-label="Actions">⋯</a></li>',
-            more_url,
-            node.id,
-            more_url,
-        )
+        f'<a class="node-more" href="{more_url}#node-{node_id}" hx-get="{more_url}" '
+        'hx-target="#tree" aria-label="Actions">⋯</a></li>'
     )
-    return mark_safe("".join(parts))  # each part escaped above
+    return mark_safe("".join(parts))  # each value escaped above
 
 
 @register.filter
