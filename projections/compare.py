@@ -340,9 +340,16 @@ def next_context(path: Sequence[EntryRecord]) -> SessionContext:
     return build_session_context(path, path[-1].id if path else None)
 
 
+# Bookkeeping a message carries that no provider payload includes: two answers that differ
+# only in when they came or what they cost say the same thing to the next request.
+_NOT_SENT = frozenset({"timestamp", "usage"})
+
+
 def _key(message: Mapping[str, Any]) -> str:
-    # Messages are JSON from the entries; their canonical text is their identity.
-    return json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    # Messages are JSON from the entries; their canonical text, less what is never sent to a
+    # model, is their identity.
+    sent = {k: v for k, v in message.items() if k not in _NOT_SENT}
+    return json.dumps(sent, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _context_item(message: Mapping[str, Any]) -> CompareItem:

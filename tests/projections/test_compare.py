@@ -208,3 +208,24 @@ def test_divergence_at_a_compaction() -> None:
     # Both next contexts start with the summary and the kept message, then differ.
     assert view.context.shared == 2
     assert [c.kind for c in view.context.changes] == ["changed"]
+
+
+def test_context_diff_ignores_what_no_request_sends() -> None:
+    """Two answers with the same words that came at other times and cost other amounts (a
+    replay with the same preset) leave the next contexts the same."""
+    log = SessionLog()
+    log.turn_start()
+    question = log.user("what is here?")
+    first = log.assistant([text("a README")], usage_=usage(100, 10, 0.01))
+    log.turn_end()
+    log.navigate(question)
+    log.turn_start()
+    second = log.assistant([text("a README")], usage_=usage(80, 10, 0.008))
+    log.turn_end()
+    third = log.assistant([text("a README and a Makefile")], usage_=usage(80, 12, 0.009))
+
+    same = compare_branches(path(log, first), path(log, second)).context
+    other = compare_branches(path(log, first), path(log, third)).context
+
+    assert (same.shared, same.changes) == (same.messages_a, ())
+    assert [c.kind for c in other.changes] == ["added"]
