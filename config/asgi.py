@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -110,8 +111,14 @@ def _eager_socket_writes() -> None:
     socket at once, as asyncio's own transports do; what the socket does not take (a slow
     reader), a write behind others, a TLS connection and a failing socket all take Twisted's
     buffered way, which keeps the order of the bytes and reports the failure as before."""
-    from twisted.internet import tcp
+    from twisted.internet import abstract, tcp
 
+    # Twisted's own bookkeeping, read below; a release without it keeps its buffered way.
+    probe = abstract.FileDescriptor()
+    needed = ("dataBuffer", "_tempDataBuffer", "offset", "_writeDisconnected", "disconnecting")
+    if not all(hasattr(probe, name) for name in needed) or not hasattr(tcp.Connection, "TLS"):
+        logging.getLogger(__name__).warning("Twisted changed: socket writes stay buffered")
+        return
     buffered_write = tcp.Connection.write
 
     def write(self: Any, data: bytes) -> None:
@@ -135,6 +142,9 @@ def _eager_socket_writes() -> None:
     tcp.Connection.write = write  # type: ignore[method-assign]
 
 
+_UNKNOWN = object()  # an attribute autobahn no longer has: its own way is taken
+
+
 def _framed_once_for_all_viewers() -> None:
     """The live feed hands the same encoded event (one `str`) to every viewer of a session
     (`sessions_app.live`); daphne framed it anew for each: encoding it to UTF-8, then
@@ -146,6 +156,9 @@ def _framed_once_for_all_viewers() -> None:
     viewer's own), binary messages, sockets not open and compressed ones go daphne's way."""
     from daphne.ws_protocol import WebSocketProtocol
 
+    if not hasattr(WebSocketProtocol, "sendPreparedMessage"):
+        logging.getLogger(__name__).warning("autobahn changed: each viewer's frame made anew")
+        return
     framed_each_time = WebSocketProtocol.serverSend
     last: list[Any] = [None, None]  # the text framed last (held, so `is` is safe), its frame
 
@@ -154,7 +167,8 @@ def _framed_once_for_all_viewers() -> None:
             binary
             or type(content) is not str
             or self.state != self.STATE_OPEN
-            or self._perMessageCompress is not None
+            or getattr(self, "_perMessageCompress", _UNKNOWN) is not None
+            or getattr(self, "send_queue", _UNKNOWN) is _UNKNOWN
         ):
             framed_each_time(self, content, binary)
             return
