@@ -8,8 +8,9 @@ names the first place where the two disagree. Request manifests are checked too:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from django.db import connection
 
@@ -20,6 +21,8 @@ from sessions_app import store
 from sessions_app.models import Session
 from sessions_app.selectors import request_context
 from sessions_app.selectors.context import LeafFacts, window_context
+
+Integrity = Literal["match", "mismatch", "unrebuildable"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,38 @@ def _check_requests(
                 f"not match the rebuilt payload's {check.payload_sha256}{reason}"
             )
     return None
+
+
+def request_checks(session: Session) -> Iterator[tuple[int, Integrity, str]]:
+    """Each model request of `session`, by seq: (seq, "match" | "mismatch" |
+    "unrebuildable", detail), its payload rebuilt from the kept window that the log, folded
+    once, gives its leaf (as `verify_session` does), and checked against its hash.
+
+    What `selectors.audit.request_check` finds of each, without its queries per request:
+    the session's log is read and folded once, and held only while its requests are."""
+    events = _all_events(session)
+    by_seq = {e.seq: e for e in events}
+    folded = _FoldedEntries(_fold(events)[0])
+    for sent in events:
+        if sent.type != "request/sent":
+            continue
+        # The request and the header it names alone, as the audit's check reads them.
+        manifest = {sent.seq: sent}
+        header_seq = sent.data.get("header_seq")
+        if type(header_seq) is int and header_seq in by_seq:  # not a bool
+            manifest[header_seq] = by_seq[header_seq]
+        try:
+            check = check_request(manifest, sent.seq, _request_context(session, sent, folded))
+        except (RequestNotFound, LookupError, TypeError, ValueError) as exc:
+            yield sent.seq, "unrebuildable", str(exc)
+            continue
+        if check.payload_sha256 is None:
+            yield sent.seq, "unrebuildable", check.error or "no payload"
+        elif check.matches:
+            yield sent.seq, "match", ""
+        else:
+            recorded = check.recorded_sha256 or "(none)"
+            yield sent.seq, "mismatch", f"recorded {recorded}, rebuilt {check.payload_sha256}"
 
 
 def _request_context(session: Session, sent: EventRecord, folded: _FoldedEntries) -> SessionContext:

@@ -8,7 +8,8 @@ below take that filtered queryset and add what the view does not carry:
   usage and cost of the reply that answered it, what a header changed, and whether the
   payload rebuilt from the stored facts still matches its hash;
 - `header_pair`: a header and the session's header before it (for its diff);
-- `integrity_report`: the same check over many requests, counted, with the first problems;
+- `integrity_report`: the same check over many requests, counted, with the first problems
+  (`folded_integrity_report`: over every request, each session's log folded once);
 - `usage_overview`: tokens and cost per day, per user, per provider and model;
 - `audit_export_rows`: every filtered row, read through a server-side cursor.
 
@@ -35,7 +36,7 @@ from django.db.models.expressions import RawSQL
 from projections.header_diff import HEADER_DEFAULTS, diff_headers
 from projections.records import EventRecord
 from projections.request import RequestNotFound, RequestView, project_request
-from sessions_app import store
+from sessions_app import store, verify
 from sessions_app.models import Event, RequestAudit, Session
 from sessions_app.selectors.requests import request_context, request_view
 
@@ -411,18 +412,40 @@ def integrity_report(
         if session is None or session.id != session_id:
             session = Session.objects.get(id=session_id)
             report.sessions += 1
-        outcome = request_check(session, seq)
-        report.checked += 1
-        if outcome.status == "match":
-            report.matched += 1
-            continue
-        if outcome.status == "mismatch":
-            report.mismatched += 1
-        else:
-            report.unrebuildable += 1
-        if len(report.problems) < keep:
-            report.problems.append(outcome)
+        _count(report, request_check(session, seq), keep)
     return report
+
+
+def folded_integrity_report(
+    session_ids: Sequence[uuid.UUID] | None = None, *, keep: int = 10
+) -> IntegrityReport:
+    """`integrity_report` over every request (of the given sessions), by session then seq,
+    each session's log read and folded once for all its requests (`verify.request_checks`)
+    where `request_check` reads each request's manifest and kept window again: one
+    session's log in memory at a time."""
+    report = IntegrityReport()
+    with_requests = Event.objects.filter(type="request/sent")
+    if session_ids is not None:
+        with_requests = with_requests.filter(session_id__in=list(session_ids))
+    sessions = Session.objects.filter(id__in=with_requests.values("session_id")).order_by("id")
+    for session in sessions.iterator(chunk_size=100):
+        report.sessions += 1
+        for seq, status, detail in verify.request_checks(session):
+            _count(report, RequestCheck(session.id, seq, status, detail), keep)
+    return report
+
+
+def _count(report: IntegrityReport, outcome: RequestCheck, keep: int) -> None:
+    report.checked += 1
+    if outcome.status == "match":
+        report.matched += 1
+        return
+    if outcome.status == "mismatch":
+        report.mismatched += 1
+    else:
+        report.unrebuildable += 1
+    if len(report.problems) < keep:
+        report.problems.append(outcome)
 
 
 def request_keys(rows: QuerySet[RequestAudit]) -> Iterator[tuple[uuid.UUID, int]]:
@@ -676,6 +699,7 @@ __all__ = [
     "event_data",
     "audit_rows",
     "export_value",
+    "folded_integrity_report",
     "header_pair",
     "integrity_report",
     "only_header_changes",

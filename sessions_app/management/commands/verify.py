@@ -50,7 +50,7 @@ class Command(StrandCommand):
         self.stdout.write(f"{len(sessions)} session(s) verified: the projections match the log")
 
     def _requests(self, session_ids: list[Any] | None, show: int) -> None:
-        report = audit.integrity_report(audit.all_request_keys(session_ids), keep=show)
+        report = audit.folded_integrity_report(session_ids, keep=show)
         self.stdout.write(
             f"{report.checked} request(s) of {report.sessions} session(s) checked: "
             f"{report.matched} match their hash, {report.mismatched} do not, "
