@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +114,34 @@ def child_database_url() -> str:
     s = connection.settings_dict
     query = f"host={s['HOST']}" + (f"&port={s['PORT']}" if s["PORT"] else "")
     return f"postgresql://{s['USER']}:{s['PASSWORD']}@/{s['NAME']}?{query}"
+
+
+@pytest.fixture
+def child() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Starts `manage.py ARGS` in a child process on the test database (extra environment as
+    keywords); whatever is still running at the end is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, **env: str) -> subprocess.Popen[str]:
+        environ = {
+            **os.environ,
+            "DATABASE_URL": child_database_url(),
+            "STRAND_OFFLINE_CHUNK_DELAY_MS": "0",
+            **env,
+        }
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", *args],
+            cwd=Path(__file__).resolve().parents[2],
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=10)

@@ -3,13 +3,10 @@ approvals and cancellation that reach a run in another process."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,40 +16,9 @@ from projections.chat import AssistantItem, project_chat
 from projections.trace import project_trace
 from sessions_app import agent, store
 from sessions_app.models import Session
-from tests.runtime.conftest import assert_requests_match, child_database_url, wait_done
+from tests.runtime.conftest import assert_requests_match, wait_done
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def child() -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-
-    def start(*args: str, **env: str) -> subprocess.Popen[str]:
-        environ = {
-            **os.environ,
-            "DATABASE_URL": child_database_url(),
-            "STRAND_OFFLINE_CHUNK_DELAY_MS": "0",
-            **env,
-        }
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.communicate(timeout=10)
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 20.0) -> Any:

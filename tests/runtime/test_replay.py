@@ -4,13 +4,9 @@ checks, and a replay killed mid-turn."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,11 +19,9 @@ from sessions_app.models import Session
 from sessions_app.selectors.requests import request_view
 from sessions_app.store import NewEvent
 from sessions_app.verify import verify_session
-from tests.runtime.conftest import OFFLINE, assert_requests_match, child_database_url, wait_done
+from tests.runtime.conftest import OFFLINE, assert_requests_match, wait_done
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def events(session: Session, after: int = -1) -> list[EventRecord]:
@@ -236,34 +230,6 @@ def test_a_request_whose_hash_does_not_match_is_not_replayed(make_session):
             session, last + 1, replay.replay_plans(preset_names=[session.preset["name"]])
         )
     assert session_last_seq(session) == last + 1
-
-
-@pytest.fixture
-def child() -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> subprocess.Popen[str]:
-        environ = {
-            **os.environ,
-            "DATABASE_URL": child_database_url(),
-            "STRAND_OFFLINE_CHUNK_DELAY_MS": "0",
-        }
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.communicate(timeout=10)
 
 
 def test_a_replay_killed_mid_turn_is_closed_by_recovery(make_session, child, capsys):
