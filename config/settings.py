@@ -258,6 +258,9 @@ STRAND_LOCAL_USER = os.environ.get("STRAND_LOCAL_USER", "local")
 # Largest accepted event, as JSON bytes, and most events in one append.
 STRAND_MAX_EVENT_BYTES = int(os.environ.get("STRAND_MAX_EVENT_BYTES", str(1024 * 1024)))
 STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
+# Most bytes of stored data (as JSON text) in one page of the raw-data API (events, entries,
+# the path window): a page stops before the item that would pass it, but holds at least one.
+STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1024)))
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
 # defaults (sessions_app.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,

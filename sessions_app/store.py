@@ -379,21 +379,60 @@ def _int(value: Any) -> int | None:
 _SEQ_CEILING = 2**63 - 1  # bigint's largest
 
 
+SIZE_CHUNK = 64  # rows whose sizes are read at a time when a page has a byte budget
+
+
 def events_after(
-    session_id: uuid.UUID | str, after_seq: int = -1, limit: int = 1000
+    session_id: uuid.UUID | str,
+    after_seq: int = -1,
+    limit: int = 1000,
+    *,
+    max_bytes: int | None = None,
 ) -> list[EventRecord]:
-    """Events with seq > after_seq, oldest first, upcast to their current schema."""
+    """Events with seq > after_seq, oldest first, upcast to their current schema.
+
+    With `max_bytes`, the events stop before the one whose data (as JSON text) would take
+    the page over that many bytes, but the first always comes: the sizes are read
+    `SIZE_CHUNK` events at a time, and only the events kept are then read whole."""
     # Seqs are gapless (invariant 3), so the next `limit` events are exactly those of the
     # range after `after_seq`: bounded on both sides, it reads only them whatever plan
     # Postgres picks (with LIMIT alone it could sort the whole rest of the session first).
+    upto = min(after_seq + max(limit, 0), _SEQ_CEILING)
+    if max_bytes is not None:
+        upto = _events_within(session_id, after_seq, upto, max_bytes)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT seq, type, schema_version, time, data, entry_id, turn, step, ignorable "
             "FROM sessions_app_event WHERE session_id = %s AND seq > %s AND seq <= %s "
             "ORDER BY seq",
-            [str(session_id), after_seq, min(after_seq + max(limit, 0), _SEQ_CEILING)],
+            [str(session_id), after_seq, upto],
         )
         return _event_records(cur.fetchall())
+
+
+def _events_within(session_id: uuid.UUID | str, after_seq: int, upto: int, max_bytes: int) -> int:
+    """The last seq of (after_seq, upto] whose events, from the first, hold at most
+    `max_bytes` of data (at least the first event's seq)."""
+    total, start = 0, after_seq
+    with connection.cursor() as cur:
+        while start < upto:
+            stop = min(start + SIZE_CHUNK, upto)
+            cur.execute(
+                "SELECT seq, octet_length(data::text) FROM sessions_app_event "
+                "WHERE session_id = %s AND seq > %s AND seq <= %s ORDER BY seq",
+                [str(session_id), start, stop],
+            )
+            rows = cur.fetchall()
+            for seq, size in rows:
+                total += size
+                if total > max_bytes and seq > after_seq + 1:
+                    return int(seq) - 1
+                if total > max_bytes:
+                    return int(seq)
+            if len(rows) < stop - start:
+                break  # the end of the log
+            start = stop
+    return upto
 
 
 def events_of_turns(session_id: uuid.UUID | str, turns: Iterable[int]) -> list[EventRecord]:

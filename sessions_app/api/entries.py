@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Query, Router
 from ninja.responses import Status
@@ -41,10 +42,14 @@ router = Router(tags=["sessions"])
 
 @router.get("/sessions/{session_id}/events", response={200: EventPageOut, ERRORS: ErrorOut})
 def event_list(request: HttpRequest, session_id: uuid.UUID, page: Query[EventPageIn]) -> Any:
-    """Events with seq > after_seq, oldest first."""
+    """Events with seq > after_seq, oldest first: at most `limit`, and at most
+    `STRAND_API_PAGE_BYTES` (1 MiB by default) of event data as JSON, stopping before the
+    event that would pass it but always holding one; `next_after_seq` reads on."""
     session = access.session_for(auth_user(request), session_id)
     after_seq = page.after_seq
-    events = selectors.events_after(session.id, after_seq, page.limit)
+    events = selectors.events_after(
+        session.id, after_seq, page.limit, max_bytes=settings.STRAND_API_PAGE_BYTES
+    )
     last = max(session.last_seq, events[-1].seq if events else -1)
     upto = events[-1].seq if events else after_seq
     return {
@@ -74,7 +79,10 @@ def event_append(request: HttpRequest, session_id: uuid.UUID, body: EventsAppend
 def entry_list(request: HttpRequest, session_id: uuid.UUID, page: Query[EntryPageIn]) -> Any:
     """Entries (the tree's nodes, as Pi writes them) in the order they were added, a page
     after `after_seq`; or, with `path`, the last entries of the path to `leaf`, the window
-    the chat shows, with `older_cursor` for the window above."""
+    the chat shows, with `older_cursor` for the window above. A page (either kind) holds at
+    most `STRAND_API_PAGE_BYTES` (1 MiB by default) of entry data as JSON: it stops before
+    the entry that would pass it (for `path`, the root-most one) but always holds one, and
+    `next_after_seq` or `older_cursor` reads on."""
     session = access.session_for(auth_user(request), session_id)
     if page.path or page.cursor:
         if page.cursor:
@@ -82,7 +90,12 @@ def entry_list(request: HttpRequest, session_id: uuid.UUID, page: Query[EntryPag
             leaf, end = at["leaf"], at["end"]
         else:
             leaf = end = leaf_or_current(session, page.leaf)
-        window = selectors.path_window(session, end, limit=min(page.limit, PATH_PAGE_MAX))
+        window = selectors.path_window(
+            session,
+            end,
+            limit=min(page.limit, PATH_PAGE_MAX),
+            max_bytes=settings.STRAND_API_PAGE_BYTES,
+        )
         older = window.older_end
         return {
             "entries": [_entry(e) for e in window.entries],
@@ -90,7 +103,12 @@ def entry_list(request: HttpRequest, session_id: uuid.UUID, page: Query[EntryPag
             "entries_above": window.above,
             "older_cursor": cursor_encode("path", leaf=leaf, end=older) if older else None,
         }
-    found = selectors.entry_page(session, after_seq=page.after_seq, limit=page.limit)
+    found = selectors.entry_page(
+        session,
+        after_seq=page.after_seq,
+        limit=page.limit,
+        max_bytes=settings.STRAND_API_PAGE_BYTES,
+    )
     entries = [_entry(e) for e in found.entries]
     return {
         "entries": entries,

@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
+from django.db.models.expressions import RawSQL
+
 from projections.records import EntryRecord
 from sessions_app import store
 from sessions_app.models import Entry, Session
@@ -41,13 +44,20 @@ class EntryPage:
     more: bool  # entries with a higher seq follow
 
 
-def entry_page(session: Session, *, after_seq: int, limit: int) -> EntryPage:
-    """Entries with seq > `after_seq` in the order they were added, at most `limit`.
+def entry_page(
+    session: Session, *, after_seq: int, limit: int, max_bytes: int | None = None
+) -> EntryPage:
+    """Entries with seq > `after_seq` in the order they were added, at most `limit`; with
+    `max_bytes`, they stop before the entry whose data (as JSON text) would take the page
+    over that many bytes, but the first always comes (and `more` says the page was cut).
 
     Read a range of seqs at a time, twice as wide each time (entries take only some of the
     log's seqs): each read is bounded on both sides, so it costs what it finds whatever
     plan Postgres picks, where ORDER BY with LIMIT alone could sort the rest of a long
-    session first. The last range is open, for what was appended meanwhile."""
+    session first. The last range is open, for what was appended meanwhile. With a budget
+    the sizes are read first, `SIZE_CHUNK` entries at a time, then only the entries kept."""
+    if max_bytes is not None:
+        return _entry_page_within(session, after_seq, limit, max_bytes)
     rows: list[tuple[Any, ...]] = []
     start, span = after_seq, 2 * (limit + 1)
     while True:
@@ -65,6 +75,44 @@ def entry_page(session: Session, *, after_seq: int, limit: int) -> EntryPage:
         EntryRecord(i, p, t, ts, store.decode_json(d), s) for i, p, t, ts, d, s in rows[:limit]
     )
     return EntryPage(entries=entries, more=len(rows) > limit)
+
+
+def _entry_page_within(session: Session, after_seq: int, limit: int, max_bytes: int) -> EntryPage:
+    sizes: list[tuple[int, int]] = []  # (seq, bytes of data) of the entries that fit, in order
+    total, more = 0, False
+    start, span = after_seq, 2 * (limit + 1)
+    while not more:
+        stop = start + span
+        found = Entry.objects.filter(session_id=session.id, seq__gt=start)
+        if stop < session.last_seq:
+            found = found.filter(seq__lte=stop)
+        want = min(store.SIZE_CHUNK, limit + 1 - len(sizes))
+        chunk = list(
+            found.order_by("seq")
+            .annotate(size=RawSQL("octet_length(data::text)", ()))
+            .values_list("seq", "size")[:want]
+        )
+        for seq, size in chunk:
+            if len(sizes) == limit or (sizes and total + size > max_bytes):
+                more = True
+                break
+            sizes.append((seq, size))
+            total += size
+        if len(chunk) == want:
+            start = chunk[-1][0]  # the range may hold more: read on in it
+        elif stop >= session.last_seq:
+            break
+        else:
+            start, span = stop, span * 2
+    if not sizes:
+        return EntryPage(entries=(), more=False)
+    rows = (
+        Entry.objects.filter(session_id=session.id, seq__gt=after_seq, seq__lte=sizes[-1][0])
+        .order_by("seq")
+        .values_list("entry_id", "parent_id", "type", "timestamp", "data", "seq")
+    )
+    entries = tuple(EntryRecord(i, p, t, ts, store.decode_json(d), s) for i, p, t, ts, d, s in rows)
+    return EntryPage(entries=entries, more=more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +136,49 @@ def path_window(
     limit: int,
     entry: str | None = None,
     everything: bool = False,
+    max_bytes: int | None = None,
 ) -> PathWindow:
     """The last `limit` entries of the path from the root to `end`. The page's options:
     `entry`, an earlier entry of the path, widens the window up to it; `everything` gives
-    the whole path."""
+    the whole path. With `max_bytes` (the API's), the window starts below the entry whose
+    data (as JSON text) would take it over that many bytes, but always holds `end`."""
     depth = store.depth_of(session.id, end) if end else None
     start = 0 if everything or depth is None else max(0, depth + 1 - limit)
     if start and entry:
         linked = store.depth_of(session.id, entry)
         if linked is not None and linked < start:
             start = linked
+    if end and depth is not None and max_bytes is not None:
+        start = _path_start_within(session, end, depth, start, max_bytes)
     path = store.path_to_root(session.id, end, min_depth=start) if end else []
     above = max(depth + 1 - len(path), 0) if depth is not None else 0
     return PathWindow(end=end, entries=tuple(path), above=above)
+
+
+def _path_start_within(session: Session, end: str, depth: int, start: int, max_bytes: int) -> int:
+    """The smallest depth >= `start` from which the path down to `end` holds at most
+    `max_bytes` of data (at most `depth`: `end` itself always fits). The sizes are read
+    `SIZE_CHUNK` entries of the path at a time, up from `end`."""
+    total, leaf, top = 0, end, depth
+    with connection.cursor() as cur:
+        while top >= start:
+            low = max(start, top - store.SIZE_CHUNK + 1)
+            cur.execute(
+                f"""{store.PATH_CTE}
+                SELECT path.depth, path.parent_id, octet_length(e.data::text)
+                FROM path CROSS JOIN LATERAL (
+                    SELECT data FROM sessions_app_entry WHERE id = path.id LIMIT 1
+                ) e
+                ORDER BY path.depth DESC
+                """,
+                {"s": str(session.id), "leaf": leaf, "min_depth": low},
+            )
+            rows = cur.fetchall()
+            for at, _parent, size in rows:
+                total += size
+                if total > max_bytes:
+                    return min(at + 1, depth)
+            if not rows or rows[-1][1] is None:
+                break  # the path ended at a root (or, on the next read, a missing parent)
+            leaf, top = rows[-1][1], min(low, rows[-1][0]) - 1
+    return start

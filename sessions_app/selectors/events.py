@@ -21,10 +21,11 @@ _COLUMNS = "seq, type, schema_version, time, data, entry_id, turn, step, ignorab
 
 
 def events_after(
-    session_id: SessionId, after_seq: int = -1, limit: int = 1000
+    session_id: SessionId, after_seq: int = -1, limit: int = 1000, *, max_bytes: int | None = None
 ) -> list[EventRecord]:
-    """Events with seq > `after_seq`, oldest first, at most `limit`."""
-    return store.events_after(session_id, after_seq, limit)
+    """Events with seq > `after_seq`, oldest first, at most `limit` (and, with `max_bytes`,
+    at most that many bytes of data but never none: see `store.events_after`)."""
+    return store.events_after(session_id, after_seq, limit, max_bytes=max_bytes)
 
 
 def events_of_turns(session_id: SessionId, turns: Iterable[int]) -> list[EventRecord]:
