@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,19 +14,9 @@ from projections.chat import AssistantItem, project_chat
 from projections.trace import project_trace
 from sessions_app import agent, store
 from sessions_app.models import Session
-from tests.runtime.conftest import assert_requests_match, wait_done
+from tests.runtime.conftest import assert_requests_match, wait_done, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting")
 
 
 def events(session: Session, after: int = -1) -> list[Any]:

@@ -5,8 +5,6 @@ checks, and a replay killed mid-turn."""
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,7 +17,7 @@ from sessions_app.models import Session
 from sessions_app.selectors.requests import request_view
 from sessions_app.store import NewEvent
 from sessions_app.verify import verify_session
-from tests.runtime.conftest import OFFLINE, assert_requests_match, wait_done
+from tests.runtime.conftest import OFFLINE, assert_requests_match, wait_done, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,16 +28,6 @@ def events(session: Session, after: int = -1) -> list[EventRecord]:
 
 def of_type(session: Session, kind: str) -> list[EventRecord]:
     return [e for e in events(session) if e.type == kind]
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting")
 
 
 def answered(session: Session, text: str) -> tuple[int, RequestView]:
