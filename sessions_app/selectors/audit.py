@@ -30,7 +30,7 @@ from typing import Any, Literal
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.db.models import BooleanField, Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.db.models.expressions import RawSQL
 
 from projections.header_diff import HEADER_DEFAULTS, diff_headers
@@ -458,35 +458,6 @@ def request_keys(rows: QuerySet[RequestAudit]) -> Iterator[tuple[uuid.UUID, int]
     )
 
 
-def all_request_keys(
-    session_ids: Sequence[uuid.UUID] | None = None, *, page: int = 2000
-) -> Iterator[tuple[uuid.UUID, int]]:
-    """(session id, seq) of every request (of the given sessions), by session then seq.
-
-    Paged by that key, so each page is a range read of the requests' own index, however
-    many there are and however many arrive meanwhile."""
-    after: tuple[uuid.UUID, int] | None = None
-    while True:
-        sent = Event.objects.filter(type="request/sent")
-        if session_ids is not None:
-            sent = sent.filter(session_id__in=list(session_ids))
-        if after is not None:
-            # A row comparison: one range of the (session, seq) index, where an OR of the
-            # two columns would not be.
-            sent = sent.filter(
-                RawSQL(
-                    "(session_id, seq) > (%s::uuid, %s)",
-                    [str(after[0]), after[1]],
-                    output_field=BooleanField(),
-                )
-            )
-        keys = list(sent.order_by("session_id", "seq").values_list("session_id", "seq")[:page])
-        yield from keys
-        if len(keys) < page:
-            return
-        after = keys[-1]
-
-
 # --- usage -------------------------------------------------------------------------------
 
 
@@ -684,7 +655,6 @@ __all__ = [
     "RowFacts",
     "UsageOverview",
     "UsageRow",
-    "all_request_keys",
     "audit_count",
     "audit_export_rows",
     "audit_models",
