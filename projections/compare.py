@@ -178,7 +178,7 @@ def compare_window(
     branches' lengths below the ancestor and their totals, and the two leaves' next
     contexts. Its work follows the window, not the branches' length."""
     total = max(lengths)
-    end = min(total, offset + max(1, limit))
+    offset, end = window_bounds(*lengths, offset=offset, limit=limit)
     rows = tuple(
         CompareRow(
             index=i,
