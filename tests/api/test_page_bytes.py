@@ -42,24 +42,15 @@ def big(alice: Any) -> Session:
     return filled(alice, COUNT, BIG)
 
 
-def event_pages(api: Api, sid: Any, limit: int) -> list[list[dict]]:
+def seq_pages(api: Api, sid: Any, kind: str, limit: int) -> list[list[dict]]:
+    """The pages of `kind` ("events" or "entries") by seq, each read on from the last."""
     pages, after = [], -1
     while True:
-        page = body_of(api.get(f"/sessions/{sid}/events?limit={limit}&after_seq={after}"))
-        pages.append(page["events"])
+        page = body_of(api.get(f"/sessions/{sid}/{kind}?limit={limit}&after_seq={after}"))
+        pages.append(page[kind])
         if page["next_after_seq"] is None:
             return pages
-        assert page["next_after_seq"] == page["events"][-1]["seq"]
-        after = page["next_after_seq"]
-
-
-def entry_pages(api: Api, sid: Any, limit: int) -> list[list[dict]]:
-    pages, after = [], -1
-    while True:
-        page = body_of(api.get(f"/sessions/{sid}/entries?limit={limit}&after_seq={after}"))
-        pages.append(page["entries"])
-        if page["next_after_seq"] is None:
-            return pages
+        assert page["next_after_seq"] == page[kind][-1]["seq"]
         after = page["next_after_seq"]
 
 
@@ -78,7 +69,7 @@ def test_an_events_page_stops_at_the_budget_and_reads_on(
 ) -> None:
     budget = settings.STRAND_API_PAGE_BYTES
     assert budget == 1024 * 1024
-    pages = event_pages(as_alice, big.id, 1000)
+    pages = seq_pages(as_alice, big.id, "events", 1000)
     every = store.events_after(big.id, -1, 10_000)
     assert len(pages) > 1
     assert len(pages[0]) < len(every)
@@ -94,7 +85,7 @@ def test_an_entries_page_stops_at_the_budget_and_reads_on(
     as_alice: Api, big: Session, settings: Any
 ) -> None:
     budget = settings.STRAND_API_PAGE_BYTES
-    pages = entry_pages(as_alice, big.id, 5000)
+    pages = seq_pages(as_alice, big.id, "entries", 5000)
     every = store.entries_of(big.id)
     assert len(every) >= COUNT
     assert len(pages) > 1
@@ -130,12 +121,12 @@ def test_an_item_larger_than_the_budget_comes_alone(
 ) -> None:
     settings.STRAND_API_PAGE_BYTES = 1000
     every = store.events_after(big.id, -1, 10_000)
-    pages = event_pages(as_alice, big.id, 1000)
+    pages = seq_pages(as_alice, big.id, "events", 1000)
     assert [e["seq"] for page in pages for e in page] == [e.seq for e in every]
     assert all(len(page) == 1 for page in pages if size(page[0]["data"]) > 1000)
     assert all(sum(size(e["data"]) for e in page) <= 1000 for page in pages if len(page) > 1)
 
-    entries = entry_pages(as_alice, big.id, 5000)
+    entries = seq_pages(as_alice, big.id, "entries", 5000)
     assert [len(page) for page in entries] == [1] * len(store.entries_of(big.id))
 
     windows = path_pages(as_alice, big.id, 2000)
