@@ -154,12 +154,13 @@ class _Spilled:
         self.file.write(data)
 
     def newest_first(self) -> Iterator[str]:
-        for offset, length in reversed(self.places):
-            self.file.seek(offset)
-            yield self.file.read(length).decode()
+        return self._read(reversed(self.places))
 
     def in_order(self) -> Iterator[str]:
-        for offset, length in self.places:
+        return self._read(iter(self.places))
+
+    def _read(self, places: Iterator[tuple[int, int]]) -> Iterator[str]:
+        for offset, length in places:
             self.file.seek(offset)
             yield self.file.read(length).decode()
 
@@ -203,7 +204,7 @@ class _SpilledTrace:
 
 def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _SpilledTrace:
     """Every turn, oldest window first: its blocks rendered and its spans' details as JSON
-    written to `spill`, the totals kept."""
+    written to `file`, the totals kept."""
     trace = _SpilledTrace(turn_html=_Spilled(file), span_data=_Spilled(file))
     events = selectors.log_stream(session.id, page=EVENTS_PER_READ)
     windows = project_trace_windows(
