@@ -206,21 +206,14 @@ class Runtime:
                 (config, self.provider_factory(config), self.toolbox_factory(config), header)
             )
         lock = await self._exclusive(session_id)
-        run = Run(session_id, lock)
-        self.runs[session_id] = run
-        try:
-            await self._recover_locked(session_id)
-            runner = self._replay_runner(session_id, run, prepared[0], on_delta, on_notice)
-            await runner.load()
-            first = await runner.start_replay_turn(
+        run, runner, first = await self._begin(
+            session_id,
+            lock,
+            lambda run: self._replay_runner(session_id, run, prepared[0], on_delta, on_notice),
+            lambda runner: runner.start_replay_turn(
                 source, prepared[0][3], group=None, count=len(prepared)
-            )
-        except BaseException:
-            del self.runs[session_id]
-            await lock.release()
-            raise
-        self._remember(run)
-        run.current_turn = first
+            ),
+        )
 
         async def drive() -> list[TurnEnded]:
             await runner.run_one_turn(first)
@@ -291,12 +284,10 @@ class Runtime:
     ) -> Sent:
         """Start a turn under `lock` (`start` writes its first facts) and run it on."""
         config, provider, toolbox, auto_approve, on_delta, on_notice = runner_args
-        run = Run(session_id, lock)
-        # Registered at once, so that a cancel that comes while the turn starts finds it.
-        self.runs[session_id] = run
-        try:
-            await self._recover_locked(session_id)
-            runner = TurnRunner(
+        run, runner, turn = await self._begin(
+            session_id,
+            lock,
+            lambda run: TurnRunner(
                 self.log,
                 session_id,
                 config,
@@ -306,7 +297,30 @@ class Runtime:
                 auto_approve=auto_approve,
                 on_delta=on_delta,
                 on_notice=on_notice,
-            )
+            ),
+            start,
+        )
+        # A fresh context: the run outlives the request that started it.
+        run.task = asyncio.get_running_loop().create_task(
+            self._drive(run, runner, turn), context=contextvars.Context()
+        )
+        return Sent(turn=turn)
+
+    async def _begin(
+        self,
+        session_id: str,
+        lock: TurnLock,
+        make_runner: Callable[[Run], TurnRunner],
+        start: Callable[[TurnRunner], Awaitable[int]],
+    ) -> tuple[Run, TurnRunner, int]:
+        """Register a run under `lock` and start its first turn (`start` writes its first
+        facts); if that fails, the run is dropped and the lock released."""
+        run = Run(session_id, lock)
+        # Registered at once, so that a cancel that comes while the turn starts finds it.
+        self.runs[session_id] = run
+        try:
+            await self._recover_locked(session_id)
+            runner = make_runner(run)
             await runner.load()
             turn = await start(runner)
         except BaseException:
@@ -315,11 +329,7 @@ class Runtime:
             raise
         self._remember(run)
         run.current_turn = turn
-        # A fresh context: the run outlives the request that started it.
-        run.task = asyncio.get_running_loop().create_task(
-            self._drive(run, runner, turn), context=contextvars.Context()
-        )
-        return Sent(turn=turn)
+        return run, runner, turn
 
     async def _setup(self, session_id: str) -> tuple[AgentConfig, Provider, Toolbox]:
         setup = await self.log.setup(session_id)
