@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from projections.request import RequestNotFound
+from projections.request import RequestNotFound, RequestView
 from runtime.replay import Replayed, ReplayPlan, ReplaySource
 from sessions_app import agent, presets
 from sessions_app.access import NotAllowed
@@ -99,15 +99,17 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def replay_source(session: Session, seq: int) -> ReplaySource:
+def replay_source(session: Session, seq: int, view: RequestView | None = None) -> ReplaySource:
     """The request recorded at `seq`, checked: its payload rebuilt from the stored facts
-    must hash to what its manifest says (else `PayloadMismatch`, 409)."""
-    try:
-        if not 0 <= seq <= SEQ_MAX:
-            raise RequestNotFound(str(seq))
-        view = request_view(session, seq)
-    except RequestNotFound:
-        raise RequestNotFound(f"no model request (request/sent) at seq {seq}") from None
+    must hash to what its manifest says (else `PayloadMismatch`, 409). `view`: that
+    request's view when the caller has already read it (it is not read again)."""
+    if view is None:
+        try:
+            if not 0 <= seq <= SEQ_MAX:
+                raise RequestNotFound(str(seq))
+            view = request_view(session, seq)
+        except RequestNotFound:
+            raise RequestNotFound(f"no model request (request/sent) at seq {seq}") from None
     if not view.matches:
         why = f": {view.error}" if view.error else ""
         raise PayloadMismatch(
@@ -130,6 +132,9 @@ def replay_source(session: Session, seq: int) -> ReplaySource:
     return ReplaySource(seq, view.leaf_entry_id, header)
 
 
-def replay_start(session: Session, seq: int, plans: Sequence[ReplayPlan]) -> Replayed:
-    """Check the recorded request at `seq` and start its replays (409 while a turn runs)."""
-    return agent.agent_replay(session, replay_source(session, seq), plans)
+def replay_start(
+    session: Session, seq: int, plans: Sequence[ReplayPlan], *, view: RequestView | None = None
+) -> Replayed:
+    """Check the recorded request at `seq` and start its replays (409 while a turn runs).
+    `view`: the request's view if the caller has read it already."""
+    return agent.agent_replay(session, replay_source(session, seq, view), plans)

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from projections.replay import ReplayGroup, ReplayGroupNotFound
-from projections.request import RequestNotFound
+from projections.request import RequestNotFound, RequestView
 from runtime.errors import AgentError
 from sessions_app import access, ratelimit, replay, selectors
 from sessions_app.errors import DomainError
@@ -70,7 +70,7 @@ def request_replay(request: HttpRequest, session_id: Any, seq: int) -> HttpRespo
             raise PermissionDenied("this session is read-only for you: only its owner replays")
         if form.is_valid():
             try:
-                return _start(request, session, seq, form)
+                return _start(request, session, view, form)
             except (DomainError, AgentError) as exc:
                 if isinstance(exc, ratelimit.RateLimited):
                     raise
@@ -88,7 +88,9 @@ def request_replay(request: HttpRequest, session_id: Any, seq: int) -> HttpRespo
     return render(request, FORM_TEMPLATE, context, status=status)
 
 
-def _start(request: HttpRequest, session: Session, seq: int, form: ReplayForm) -> HttpResponse:
+def _start(
+    request: HttpRequest, session: Session, view: RequestView, form: ReplayForm
+) -> HttpResponse:
     data = form.cleaned_data
     plans = replay.replay_plans(
         preset_names=list(data["presets"]),
@@ -98,7 +100,7 @@ def _start(request: HttpRequest, session: Session, seq: int, form: ReplayForm) -
         thinking_level=data["thinking_level"] or None,
     )
     ratelimit.rate_hit(request.user, "replay")
-    started = replay.replay_start(session, seq, plans)
+    started = replay.replay_start(session, view.seq, plans, view=view)
     url = reverse("session-replay-group", args=[session.id, started.group])
     if len(started.turns) == 1:
         url += "?then=compare"
