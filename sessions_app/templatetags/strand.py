@@ -280,21 +280,19 @@ def return_to(context: template.Context) -> str:
 @register.simple_tag(takes_context=True)
 def view_url(context: template.Context, view: str, current: bool = False) -> str:
     """Switch to another view, keeping the branch shown (or back to the current one)."""
-    session = context["session"]
     query = context["q"].view_only()
     changes: dict[str, Any] = {"view": view}
     if current:
         changes["leaf"] = None
-    return str(reverse("session", args=[session.id]) + query.querystring(**changes))
+    return _session_url(context) + str(query.querystring(**changes))
 
 
 @register.simple_tag(takes_context=True)
 def live_url(context: template.Context) -> str:
     """Where the page fetches its refreshed parts when events arrive."""
-    session = context["session"]
     params = context["q"].params()
     params["fragment"] = "live"
-    return str(reverse("session", args=[session.id]) + "?" + urlencode(params))
+    return _session_url(context) + "?" + urlencode(params)
 
 
 # A tree row's chip: by marker, then by message role, then by entry type.
