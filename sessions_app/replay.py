@@ -19,10 +19,10 @@ from sessions_app import agent, presets
 from sessions_app.access import NotAllowed
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
+from sessions_app.schemas import SEQ_MAX
 from sessions_app.selectors.requests import request_view
 
 MAX_REPLAYS = 5
-SEQ_MAX = 2**62  # seqs are bigints: a larger number names no event
 SYSTEM_PROMPT_MAX = 100_000
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 
