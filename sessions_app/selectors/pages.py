@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from projections.chat import ChatView, project_chat
 from projections.records import EntryRecord
 from projections.trace import DEFAULT_PAGE_TURNS, TraceSpan, TraceView, pick_turns, project_trace
@@ -64,7 +66,9 @@ def chat_window(
     entry: str | None = None,
     everything: bool = False,
 ) -> ChatWindow:
-    """The chat of the last `limit` entries of the path to `end` (default: `leaf`).
+    """The chat of the last `limit` entries of the path to `end` (default: `leaf`), and of
+    no more than `STRAND_API_PAGE_BYTES` of their stored data (the last entry always comes):
+    a path of large messages is read a window at a time like any other.
 
     The page's options: `entry`, a deep link to an earlier entry of the path, opens the chat
     down from it; `everything` shows the whole path."""
@@ -74,6 +78,7 @@ def chat_window(
         limit=CHAT_ENTRIES if limit is None else limit,
         entry=entry,
         everything=everything,
+        max_bytes=None if entry or everything else settings.STRAND_API_PAGE_BYTES,
     )
     path = list(window.entries)
     events = events_of_turns(session.id, turns_of_entries(session, path))

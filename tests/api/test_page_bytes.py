@@ -151,7 +151,8 @@ def test_small_items_fill_the_limit_under_the_budget(as_alice: Api, alice: Any) 
 
 @pytest.mark.django_db
 def test_the_pages_read_is_not_budgeted(alice: Any, settings: Any) -> None:
-    """The chat page's own window keeps its length; the budget is the API's."""
+    """Without `max_bytes` a path window keeps its length (a deep link or the whole path);
+    the budget is its callers' to ask for."""
     session = filled(alice, COUNT, BIG)
     settings.STRAND_API_PAGE_BYTES = 1000
     window = selectors.path_window(session, session.leaf_entry_id, limit=2000)
