@@ -425,10 +425,8 @@ def _events_within(session_id: uuid.UUID | str, after_seq: int, upto: int, max_b
             rows = cur.fetchall()
             for seq, size in rows:
                 total += size
-                if total > max_bytes and seq > after_seq + 1:
-                    return int(seq) - 1
-                if total > max_bytes:
-                    return int(seq)
+                if total > max_bytes:  # stop before this event, unless it is the first
+                    return max(int(seq) - 1, after_seq + 1)
             if len(rows) < stop - start:
                 break  # the end of the log
             start = stop
