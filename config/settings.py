@@ -264,7 +264,8 @@ STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
 # defaults (sessions_app.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
-# compact, search and token).
+# compact, replay, search, token, and the small writes: rename, navigate, label, approval,
+# cancel, delete and revoke).
 STRAND_RATE_LIMITS = {
     scope: tuple(limit)
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
