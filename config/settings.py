@@ -311,3 +311,17 @@ STRAND_WORKSPACE_ROOTS = [
     )
     if root
 ]
+
+# What the agent may do in one go, whatever a session's preset says. Tool calls one model
+# reply may make: each call past the cap gets an error result and is neither asked about
+# nor run (0: no cap). The agent's writes (write_file) are held to a quota of the folder
+# they land in (sessions_app.workspaces.run_limits: the owner's own folder when the session
+# works in it): bytes of all its files, files and directories in it, bytes and path depth of
+# one write; a write past one is an error result naming it (0 turns a bound off).
+STRAND_MAX_TOOL_CALLS_PER_REPLY = int(os.environ.get("STRAND_MAX_TOOL_CALLS_PER_REPLY", "32"))
+STRAND_WORKSPACE_MAX_BYTES = int(os.environ.get("STRAND_WORKSPACE_MAX_BYTES", str(1024**3)))
+STRAND_WORKSPACE_MAX_FILES = int(os.environ.get("STRAND_WORKSPACE_MAX_FILES", "10000"))
+STRAND_WORKSPACE_MAX_WRITE_BYTES = int(
+    os.environ.get("STRAND_WORKSPACE_MAX_WRITE_BYTES", str(1024 * 1024))
+)
+STRAND_WORKSPACE_MAX_DEPTH = int(os.environ.get("STRAND_WORKSPACE_MAX_DEPTH", "32"))

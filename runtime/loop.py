@@ -76,6 +76,7 @@ log = logging.getLogger("strand.runtime")
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
 ABORTED = "ABORTED"
 APPROVAL_REJECTED = "APPROVAL_REJECTED"
+TOO_MANY_TOOL_CALLS = "TOO_MANY_TOOL_CALLS"
 
 # How long an approval wait sleeps between looks at the log when no notification comes.
 APPROVAL_POLL_S = 2.0
@@ -813,10 +814,14 @@ class TurnRunner:
         """Prepare the calls in model order (asking approvals), then run them together and
         record the results in model order. False when the run was cancelled."""
         plans = [_Plan(call) for call in calls]
+        cap = self.config.limits.max_tool_calls_per_reply
+        for plan in plans[cap:] if cap > 0 else ():
+            plan.outcome = _over_the_cap(cap, len(plans))
         for plan in plans:
             if self.run.cancelled:
                 break
-            await self._prepare(turn, step, plan)
+            if plan.outcome is None:  # calls past the cap are answered without asking
+                await self._prepare(turn, step, plan)
         if self.run.cancelled:
             await self._abort_before_dispatch(turn, step, plans)
             return False
@@ -1064,6 +1069,16 @@ def _user_fact(text: str, turn: int, step: int | None) -> NewFact:
 
 def _step_end(turn: int, step: int, reason: str) -> NewFact:
     return NewFact("step/end", {"turn": turn, "step": step, "reason": reason}, turn, step)
+
+
+def _over_the_cap(cap: int, calls: int) -> ToolOutcome:
+    """The result of a call past the cap on one reply's tool calls: not run, not asked."""
+    return ToolOutcome(
+        f"not run: one reply may make at most {cap} tool calls, and this reply made {calls}; "
+        "ask for the rest in a later reply",
+        True,
+        TOO_MANY_TOOL_CALLS,
+    )
 
 
 def _result_fact(call: ToolCallRequest, outcome: ToolOutcome, turn: int, step: int) -> NewFact:
