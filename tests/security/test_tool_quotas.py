@@ -5,7 +5,8 @@ of one reply (parallel tool calls); Alice sends such messages through the API an
 every write she is asked about, as a user who clicks "allow" on everything would. Then:
 
 - one reply makes at most `STRAND_MAX_TOOL_CALLS_PER_REPLY` tool calls (32): the calls past
-  it get an error result saying so, are never asked about, and write nothing;
+  it get an error result saying so, are never asked about, and write nothing, and a reply
+  of 1,500 calls still ends its turn;
 - the folder the writes land in holds at most `STRAND_WORKSPACE_MAX_FILES` files and
   directories and `STRAND_WORKSPACE_MAX_BYTES` bytes, one write is at most
   `STRAND_WORKSPACE_MAX_WRITE_BYTES` and `STRAND_WORKSPACE_MAX_DEPTH` components deep: the
@@ -95,6 +96,22 @@ def test_a_reply_runs_at_most_the_capped_number_of_tool_calls(
     assert sorted(p.name for p in workspace.glob("f*.txt")) == [f"f{n:02}.txt" for n in range(32)]
     ended = [e for e in store.events_after(session.id, -1, 100_000) if e.type == "turn/end"]
     assert ended[-1].data["reason"] == "completed"
+
+
+def test_a_reply_of_fifteen_hundred_calls_ends_its_turn(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    # 21 KB of message; before the cap, the 1,500 tool/call events of the step passed the
+    # store's batch limit, the turn failed, and so did closing it: it was left open.
+    session = session_in(alice, workspace)
+    results = converse(as_alice, session, "read notes.txt\n" * 1_500)
+    assert len(results) == 1_500
+    assert codes(results) == [None] * 32 + ["TOO_MANY_TOOL_CALLS"] * 1_468
+    calls = [e for e in store.events_after(session.id, -1, 100_000) if e.type == "tool/call"]
+    assert len(calls) == 1_500
+    ended = [e for e in store.events_after(session.id, -1, 100_000) if e.type == "turn/end"]
+    assert len(ended) == 1
+    assert body_of(as_alice.get(f"/sessions/{session.id}"))["turn_status"] == "idle"
 
 
 def test_the_cap_is_a_setting(as_alice: Api, alice: User, workspace: Path, settings: Any) -> None:
