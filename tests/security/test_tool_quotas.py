@@ -214,3 +214,24 @@ def test_sessions_in_the_owners_folder_share_its_quota(
     assert codes(results).count(None) == 2
     assert codes(results).count("QUOTA_EXCEEDED") == 2
     assert entries_under(workspace) == 6
+
+
+def test_links_count_once_and_are_never_followed(workspace: Path, tmp_path: Path) -> None:
+    # A link back to the folder itself and one to a large folder elsewhere: the measure
+    # neither loops nor counts what the links point at.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for n in range(50):
+        (elsewhere / f"e{n}.txt").write_text("x" * 1_000)
+    (workspace / "loop").symlink_to(workspace)
+    (workspace / "far").symlink_to(elsewhere)
+    quota = WorkspaceQuota(max_entries=4, max_bytes=1_000)  # notes.txt and the two links
+    toolbox = Toolbox.for_session(["write_file"], str(workspace), quota=quota)
+
+    def write(name: str) -> tuple[str | None, str]:
+        done = asyncio.run(toolbox.run("write_file", {"path": name, "content": "hi"}))
+        return done.error_code, done.text
+
+    assert write("one.txt")[0] is None
+    code, text = write("two.txt")
+    assert code == "QUOTA_EXCEEDED" and "quota is 4 files and directories; it holds 4" in text
