@@ -58,12 +58,12 @@ LINGER_S = 5.0
 class Limit:
     """The most bytes of body a request may send, and how it is refused."""
 
-    bytes: int
+    size: int
     api: bool
     sender: str  # who may send that much, for the refusal's message
 
     def detail(self) -> str:
-        return f"the request body is over {self.bytes} bytes, the most {self.sender} may send"
+        return f"the request body is over {self.size} bytes, the most {self.sender} may send"
 
     def refusal(self) -> tuple[list[tuple[bytes, bytes]], bytes]:
         """The 413's headers and body."""
@@ -142,7 +142,7 @@ class BodyLimits:
         headers = scope.get("headers") or []
         limit = limit_for(scope.get("method", ""), scope.get("path", ""), headers)
         declared = declared_length(headers)
-        if declared is not None and declared > limit.bytes:
+        if declared is not None and declared > limit.size:
             await _answer_413(send, limit)
             return None
         seen = 0
@@ -155,7 +155,7 @@ class BodyLimits:
             message = await receive()
             if message.get("type") == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > limit.bytes:
+                if seen > limit.size:
                     # Answered here; the application is told the client went away, which
                     # Django takes as a request abandoned before it was read.
                     refused = True
@@ -206,7 +206,7 @@ def refuse_early_in_daphne() -> None:
         self._strand_limit = limit_for(method, unquote(target.decode("latin-1")), headers)
         self._strand_seen = 0
         self._strand_refused = False
-        if length is not None and length > self._strand_limit.bytes:
+        if length is not None and length > self._strand_limit.size:
             self.content = io.BytesIO()  # never a temporary file for a body not taken
             _turn_away(self)
             return
@@ -218,7 +218,7 @@ def refuse_early_in_daphne() -> None:
         limit = getattr(self, "_strand_limit", None)
         if limit is not None:
             self._strand_seen += len(data)
-            if self._strand_seen > limit.bytes:
+            if self._strand_seen > limit.size:
                 _turn_away(self)
                 return
         handle_content_chunk(self, data)
@@ -257,4 +257,4 @@ def _turn_away(request: Any) -> None:
     channel.dataReceived = lambda data: None  # the rest of the body, dropped as it comes
     if hasattr(transport, "loseWriteConnection"):
         transport.loseWriteConnection()  # the answer, then end of stream for the client
-    reactor.callLater(LINGER_S, transport.abortConnection)  # type: ignore[attr-defined]
+    reactor.callLater(LINGER_S, transport.abortConnection)  # type: ignore[attr-defined,arg-type]

@@ -157,7 +157,7 @@ def test_bodies_within_their_limits_still_arrive(server: Any, alice: Any) -> Non
     default), and a sign-in form."""
     session = services.session_create(owner=alice, title="large events")
     big = "y" * (900 * 1024)
-    events = [
+    events: list[dict[str, Any]] = [
         {
             "type": "user/message",
             "data": {"entry": {"type": "message", "message": {"role": "user", "content": big}}},
