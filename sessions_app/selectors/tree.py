@@ -21,7 +21,7 @@ window's top (`depth_offset` makes them absolute).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import connection
 
@@ -29,9 +29,13 @@ from projections.records import EntryRecord
 from projections.tree import TreeRow, TreeView, project_tree
 from sessions_app import store
 from sessions_app.models import Session
+from sessions_app.selectors.ceilings import ReadTooLarge, entries_over, whole_read_bytes
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
 TREE_FULL_LIMIT = 5000  # entries; a larger session's tree is drawn near the branch shown
+# The whole tree on request: at most this many entries and STRAND_WHOLE_READ_BYTES of their
+# data (the page draws ~600 bytes a row); a larger one is drawn a window at a time and says so.
+TREE_WHOLE_LIMIT = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,8 @@ class TreeWindow:
     older_below: str | None = None
     chain_next: str | None = None
     expandable: frozenset[str] = field(default_factory=frozenset)
+    # The whole tree was asked for and passes its ceiling: this is a window instead.
+    whole_refused: bool = False
 
 
 def tree_window(
@@ -65,10 +71,14 @@ def tree_window(
 ) -> TreeWindow:
     """The tree as the page draws it: `rows` rows around `focus` (default: the shown leaf)
     of the whole layout, or, for a large session, near the branch shown. `whole`: every
-    row (the page's "whole tree"; the only unbounded read of this module)."""
+    row, up to a ceiling (TREE_WHOLE_LIMIT entries, `STRAND_WHOLE_READ_BYTES` of data): past
+    it the window that `whole` would replace, marked `whole_refused`."""
     rows = TREE_ROWS if rows is None else rows
     as_of = session.last_seq if as_of_seq is None else as_of_seq
-    if whole or leaf is None or _entry_count(session, as_of) <= TREE_FULL_LIMIT:
+    if whole and not _fits_whole(session, as_of, TREE_WHOLE_LIMIT):
+        window = tree_window(session, leaf, focus=focus, rows=rows, as_of_seq=as_of)
+        return replace(window, whole_refused=True)
+    if whole or _fits_whole(session, as_of, TREE_FULL_LIMIT):
         tree = _whole(session, as_of, leaf)
         if whole or len(tree.rows) <= rows:
             return _rows_window(tree, as_of, leaf, 0, len(tree.rows))
@@ -78,14 +88,29 @@ def tree_window(
         at = marks[0] if marks else len(tree.rows) - 1
         start = max(0, min(at - rows // 2, len(tree.rows) - rows))
         return _rows_window(tree, as_of, leaf, start, start + rows)
-    return tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=leaf, below=None, rows=rows)
+    # No leaf (the next entry starts a root): drawn up from the latest entry instead.
+    end = leaf if leaf is not None else _latest_entry(session, as_of)
+    return tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=end, below=None, rows=rows)
 
 
 def tree_rows(
     session: Session, *, as_of_seq: int, leaf: str | None, start: int, stop: int
 ) -> TreeWindow:
     """Rows `start` to `stop` of the whole layout (a further window of a whole tree)."""
+    if not _fits_whole(session, as_of_seq, TREE_FULL_LIMIT):
+        raise ReadTooLarge(
+            "the tree of this cursor is too large to lay out whole; "
+            "ask for the tree again without a cursor: it is drawn near the branch shown"
+        )
     return _rows_window(_whole(session, as_of_seq, leaf), as_of_seq, leaf, start, stop)
+
+
+def _fits_whole(session: Session, as_of: int, entries: int) -> bool:
+    """Whether the tree as of `as_of` has at most `entries` entries and at most the ceiling
+    of a whole read of data, asked of the database (both counts stop where they pass)."""
+    if _entry_count(session, as_of, upto=entries) > entries:
+        return False
+    return not entries_over(session.id, as_of_seq=as_of, max_bytes=whole_read_bytes())
 
 
 def _whole(session: Session, as_of: int, leaf: str | None) -> TreeView:
@@ -108,15 +133,27 @@ def _rows_window(tree: TreeView, as_of: int, leaf: str | None, start: int, stop:
     )
 
 
-def _entry_count(session: Session, as_of: int) -> int:
-    if as_of < TREE_FULL_LIMIT:
+def _latest_entry(session: Session, as_of: int) -> str | None:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT entry_id FROM sessions_app_entry WHERE session_id = %s AND seq <= %s "
+            "ORDER BY seq DESC LIMIT 1",
+            [str(session.id), as_of],
+        )
+        row = cur.fetchone()
+    return str(row[0]) if row else None
+
+
+def _entry_count(session: Session, as_of: int, *, upto: int | None = None) -> int:
+    upto = TREE_FULL_LIMIT if upto is None else upto
+    if as_of < upto:
         return as_of + 1  # an upper bound: every entry comes with an event
     # Counted only up to the limit: enough to tell the two kinds apart.
     with connection.cursor() as cur:
         cur.execute(
             "SELECT count(*) FROM (SELECT 1 FROM sessions_app_entry "
             "WHERE session_id = %s AND seq <= %s LIMIT %s) e",
-            [str(session.id), as_of, TREE_FULL_LIMIT + 1],
+            [str(session.id), as_of, upto + 1],
         )
         row = cur.fetchone()
     return int(row[0]) if row else 0
