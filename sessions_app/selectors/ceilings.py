@@ -37,7 +37,8 @@ def megabytes(size: int) -> str:
 def path_over(session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int, max_bytes: int) -> bool:
     """Whether the entries of the path from `leaf_id` up to depth `min_depth` hold more than
     `max_bytes` of data. The walk stops at the entry that passes (and each step goes to a
-    shallower entry, so no malformed parent link makes it loop)."""
+    shallower entry, so no malformed parent link makes it loop); each step is one key
+    lookup, for the reason `store.PATH_CTE` gives."""
     with connection.cursor() as cur:
         cur.execute(
             """
@@ -46,11 +47,15 @@ def path_over(session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int, max_
                 FROM sessions_app_entry e
                 WHERE e.session_id = %(s)s AND e.entry_id = %(leaf)s
                 UNION ALL
-                SELECT e.parent_id, e.depth, walk.total + octet_length(e.data::text)
-                FROM walk JOIN sessions_app_entry e
-                  ON e.session_id = %(s)s AND e.entry_id = walk.parent_id
-                WHERE walk.total <= %(max)s AND e.depth < walk.depth
-                  AND e.depth >= %(min_depth)s
+                SELECT up.parent_id, up.depth, walk.total + up.size
+                FROM walk CROSS JOIN LATERAL (
+                    SELECT e.parent_id, e.depth, octet_length(e.data::text) AS size
+                    FROM sessions_app_entry e
+                    WHERE e.session_id = %(s)s AND e.entry_id = walk.parent_id
+                      AND e.depth < walk.depth AND e.depth >= %(min_depth)s
+                    LIMIT 1
+                ) up
+                WHERE walk.total <= %(max)s
             )
             SELECT max(total) FROM walk
             """,
