@@ -577,8 +577,7 @@ def _tree_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
     if window.partial:
         part["tree_partial"] = True
     if window.whole_refused:
-        part["tree_whole_refused"] = megabytes(whole_read_bytes())
-        part["tree_limit"] = tree_reads.TREE_WHOLE_LIMIT
+        part["tree_whole_refused"] = tree_reads.TREE_WHOLE_LIMIT
     return part
 
 
@@ -613,7 +612,7 @@ def _chat_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
         "items": window.chat.items,
         "hidden_items": window.above,
         # Where the window above ends, when even "everything" stopped at its ceiling.
-        "chat_older_end": window.older_end if query.all or query.entry else None,
+        "chat_older_end": window.older_end if query.all else None,
         "whole_read_mb": megabytes(whole_read_bytes()),
     }
 

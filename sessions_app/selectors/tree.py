@@ -23,19 +23,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from django.conf import settings
 from django.db import connection
 
 from projections.records import EntryRecord
-from projections.tree import TreeRow, TreeView, project_tree
+from projections.tree import TreeRow, TreeView, project_tree, tree_entry
 from sessions_app import store
 from sessions_app.models import Session
-from sessions_app.selectors.ceilings import ReadTooLarge, entries_over, whole_read_bytes
+from sessions_app.selectors.ceilings import ReadTooLarge
+from sessions_app.selectors.entries import ENTRY_PAGE, entry_page
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
 TREE_FULL_LIMIT = 5000  # entries; a larger session's tree is drawn near the branch shown
-# The whole tree on request: at most this many entries and STRAND_WHOLE_READ_BYTES of their
-# data (the page draws ~600 bytes a row); a larger one is drawn a window at a time and says so.
+# The whole tree on request: at most this many entries (the page draws ~600 bytes a row, and
+# holds ~1.5 KB an entry while it lays them out, whatever their size: each is cut to what the
+# tree shows as it is read); a larger one is drawn a window at a time and says so.
 TREE_WHOLE_LIMIT = 20_000
+TREE_READ_CHUNK = 16  # entries read at a time for a window, each cut to what the tree shows
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +75,8 @@ def tree_window(
 ) -> TreeWindow:
     """The tree as the page draws it: `rows` rows around `focus` (default: the shown leaf)
     of the whole layout, or, for a large session, near the branch shown. `whole`: every
-    row, up to a ceiling (TREE_WHOLE_LIMIT entries, `STRAND_WHOLE_READ_BYTES` of data): past
-    it the window that `whole` would replace, marked `whole_refused`."""
+    row, up to TREE_WHOLE_LIMIT entries: past it the window that `whole` would replace,
+    marked `whole_refused`."""
     rows = TREE_ROWS if rows is None else rows
     as_of = session.last_seq if as_of_seq is None else as_of_seq
     if whole and not _fits_whole(session, as_of, TREE_WHOLE_LIMIT):
@@ -106,16 +110,46 @@ def tree_rows(
 
 
 def _fits_whole(session: Session, as_of: int, entries: int) -> bool:
-    """Whether the tree as of `as_of` has at most `entries` entries and at most the ceiling
-    of a whole read of data, asked of the database (both counts stop where they pass)."""
-    if _entry_count(session, as_of, upto=entries) > entries:
-        return False
-    return not entries_over(session.id, as_of_seq=as_of, max_bytes=whole_read_bytes())
+    """Whether the tree as of `as_of` has at most `entries` entries (counted up to that)."""
+    return _entry_count(session, as_of, upto=entries) <= entries
 
 
 def _whole(session: Session, as_of: int, leaf: str | None) -> TreeView:
-    entries = [e for e in store.entries_of(session.id) if e.seq <= as_of]
-    return project_tree(entries, leaf)
+    """The whole layout, from every entry as of `as_of`, each cut to what the tree reads as
+    it arrives (`tree_entry`): read a page of at most `STRAND_API_PAGE_BYTES` at a time, so
+    the entries' size costs time, never memory."""
+    entries: list[EntryRecord] = []
+    after = -1
+    while True:
+        found = entry_page(
+            session, after_seq=after, limit=ENTRY_PAGE, max_bytes=settings.STRAND_API_PAGE_BYTES
+        )
+        entries += [tree_entry(e) for e in found.entries if e.seq <= as_of]
+        if not found.more or not found.entries or found.entries[-1].seq >= as_of:
+            return project_tree(entries, leaf)
+        after = found.entries[-1].seq
+
+
+def _tree_records(session: Session, ids: list[str]) -> list[EntryRecord]:
+    """The entries `ids` in seq order, cut to what the tree reads (`tree_entry`), read
+    TREE_READ_CHUNK at a time: however large the entries, a window holds a few hundred
+    bytes for each."""
+    records: list[EntryRecord] = []
+    for start in range(0, len(ids), TREE_READ_CHUNK):
+        chunk = store.entries_by_id(session.id, ids[start : start + TREE_READ_CHUNK])
+        records += [tree_entry(e) for e in chunk]
+    records.sort(key=lambda e: e.seq)
+    return records
+
+
+def _path_ids(session: Session, end: str, min_depth: int) -> list[tuple[str, str | None]]:
+    """(id, parent id) of the path's entries from depth `min_depth` down to `end`."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"{store.PATH_CTE} SELECT entry_id, parent_id FROM path ORDER BY depth",
+            {"s": str(session.id), "leaf": end, "min_depth": min_depth},
+        )
+        return [(row[0], row[1]) for row in cur.fetchall()]
 
 
 def _rows_window(tree: TreeView, as_of: int, leaf: str | None, start: int, stop: int) -> TreeWindow:
@@ -179,20 +213,20 @@ def tree_path_window(
         return _partial(session, [], as_of_seq, leaf, None, 0, above=0)
     depth = store.depth_of(session.id, end) or 0
     start = max(0, depth + 1 - max(rows // 2, 1))
-    path = store.path_to_root(session.id, end, min_depth=start)
-    on_path = [entry.id for entry in path]
+    path = _path_ids(session, end, start)
+    on_path = [entry_id for entry_id, _ in path]
     exclude = [*on_path, *([below] if below else [])]
     branches = _children_of(session, on_path, exclude, as_of_seq, limit=max(rows // 2, 1))
     return _partial(
         session,
-        [*path, *store.entries_by_id(session.id, branches)],
+        [*_tree_records(session, on_path), *_tree_records(session, branches)],
         as_of_seq,
         leaf,
         end,
         start,
         above=start,
-        older_end=path[0].parent_id if start and path else None,
-        older_below=path[0].id if start and path else None,
+        older_end=path[0][1] if start and path else None,
+        older_below=path[0][0] if start and path else None,
         drawn_children=set(on_path),
     )
 
@@ -213,7 +247,7 @@ def tree_subtree_window(
     # The chain's last entry's own branches belong to the next window when it goes on.
     parents = [parent, *(chain[:-1] if more else chain)]
     branches = _children_of(session, parents, chain, as_of_seq, limit=count)
-    entries = store.entries_by_id(session.id, [*chain, *branches])
+    entries = _tree_records(session, [*chain, *branches])
     return _partial(
         session,
         entries,
