@@ -23,15 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from django.conf import settings
 from django.db import connection
 
 from projections.records import EntryRecord
 from projections.tree import TreeRow, TreeView, project_tree, tree_entry
 from sessions_app import store
-from sessions_app.models import Session
+from sessions_app.models import Entry, Session
 from sessions_app.selectors.ceilings import ReadTooLarge
-from sessions_app.selectors.entries import ENTRY_PAGE, entry_page
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
 TREE_FULL_LIMIT = 5000  # entries; a larger session's tree is drawn near the branch shown
@@ -116,18 +114,18 @@ def _fits_whole(session: Session, as_of: int, entries: int) -> bool:
 
 def _whole(session: Session, as_of: int, leaf: str | None) -> TreeView:
     """The whole layout, from every entry as of `as_of`, each cut to what the tree reads as
-    it arrives (`tree_entry`): read a page of at most `STRAND_API_PAGE_BYTES` at a time, so
-    the entries' size costs time, never memory."""
-    entries: list[EntryRecord] = []
-    after = -1
-    while True:
-        found = entry_page(
-            session, after_seq=after, limit=ENTRY_PAGE, max_bytes=settings.STRAND_API_PAGE_BYTES
-        )
-        entries += [tree_entry(e) for e in found.entries if e.seq <= as_of]
-        if not found.more or not found.entries or found.entries[-1].seq >= as_of:
-            return project_tree(entries, leaf)
-        after = found.entries[-1].seq
+    it arrives (`tree_entry`): fetched TREE_READ_CHUNK rows at a time from a server-side
+    cursor, so the entries' size costs time, never memory."""
+    rows = (
+        Entry.objects.filter(session_id=session.id, seq__gte=0, seq__lte=as_of)
+        .order_by("seq")
+        .values_list("entry_id", "parent_id", "type", "timestamp", "data", "seq")
+        .iterator(chunk_size=TREE_READ_CHUNK)
+    )
+    entries = [
+        tree_entry(EntryRecord(i, p, t, ts, store.decode_json(d), s)) for i, p, t, ts, d, s in rows
+    ]
+    return project_tree(entries, leaf)
 
 
 def _tree_records(session: Session, ids: list[str]) -> list[EntryRecord]:
