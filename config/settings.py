@@ -273,9 +273,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = STRAND_MAX_BODY_BYTES
 # the path window): a page stops before the item that would pass it, but holds at least one.
 STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1024)))
 # Most bytes of stored data (as JSON text) one read that is not paged may gather: a model
-# context (the context view and API, a request rebuilt, a comparison's contexts), the chat's
-# whole path (?all=1), the whole tree (?tree=1). Past it the API answers 413 saying what to
-# read instead and the page shows a window and says so (sessions_app/selectors/ceilings.py).
+# context (the context view and API, a request rebuilt, a comparison's contexts) and the
+# chat's whole path (?all=1). Past it the API answers 413 saying what to read instead and the
+# page shows a window and says so (sessions_app/selectors/ceilings.py).
 STRAND_WHOLE_READ_BYTES = int(os.environ.get("STRAND_WHOLE_READ_BYTES", str(8 * 1024 * 1024)))
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
