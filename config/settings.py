@@ -258,9 +258,25 @@ STRAND_LOCAL_USER = os.environ.get("STRAND_LOCAL_USER", "local")
 # Largest accepted event, as JSON bytes, and most events in one append.
 STRAND_MAX_EVENT_BYTES = int(os.environ.get("STRAND_MAX_EVENT_BYTES", str(1024 * 1024)))
 STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
+# Request bodies, refused at the door past these (config/body_limits.py): a request without a
+# session cookie or API token, and sign-in, at most STRAND_MAX_ANONYMOUS_BODY_BYTES; a Pi file
+# at most STRAND_MAX_IMPORT_BYTES; any other body at most STRAND_MAX_BODY_BYTES, which holds
+# an event of the largest size with room to spare. Django reads a body (not a file) into
+# memory, so its own limit is the same.
+STRAND_MAX_ANONYMOUS_BODY_BYTES = int(os.environ.get("STRAND_MAX_ANONYMOUS_BODY_BYTES", "8192"))
+STRAND_MAX_IMPORT_BYTES = int(os.environ.get("STRAND_MAX_IMPORT_BYTES", str(50 * 1024 * 1024)))
+STRAND_MAX_BODY_BYTES = int(
+    os.environ.get("STRAND_MAX_BODY_BYTES", str(max(4 * 1024 * 1024, 2 * STRAND_MAX_EVENT_BYTES)))
+)
+DATA_UPLOAD_MAX_MEMORY_SIZE = STRAND_MAX_BODY_BYTES
 # Most bytes of stored data (as JSON text) in one page of the raw-data API (events, entries,
 # the path window): a page stops before the item that would pass it, but holds at least one.
 STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1024)))
+# Most bytes of stored data (as JSON text) one read that is not paged may gather: a model
+# context (the context view and API, a request rebuilt, a comparison's contexts) and the
+# chat's whole path (?all=1). Past it the API answers 413 saying what to read instead and the
+# page shows a window and says so (sessions_app/selectors/ceilings.py).
+STRAND_WHOLE_READ_BYTES = int(os.environ.get("STRAND_WHOLE_READ_BYTES", str(8 * 1024 * 1024)))
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
 # defaults (sessions_app.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,

@@ -53,6 +53,8 @@ from sessions_app.forms import (
 )
 from sessions_app.models import Session
 from sessions_app.page_query import VIEWS, PageQuery
+from sessions_app.selectors import tree as tree_reads
+from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
 from sessions_app.streaming import streamed
 
 log = logging.getLogger("strand.views")
@@ -579,6 +581,8 @@ def _tree_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
     }
     if window.partial:
         part["tree_partial"] = True
+    if window.whole_refused:
+        part["tree_whole_refused"] = tree_reads.TREE_WHOLE_LIMIT
     return part
 
 
@@ -608,7 +612,14 @@ def _view_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
 def _chat_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:
     """The chat of the path's latest entries (all of it with `?all=1`)."""
     window = selectors.chat_window(session, leaf, entry=query.entry, everything=query.all)
-    return {"chat": window.chat, "items": window.chat.items, "hidden_items": window.above}
+    return {
+        "chat": window.chat,
+        "items": window.chat.items,
+        "hidden_items": window.above,
+        # Where the window above ends, when even "everything" stopped at its ceiling.
+        "chat_older_end": window.older_end if query.all else None,
+        "whole_read_mb": megabytes(whole_read_bytes()),
+    }
 
 
 def _trace_window(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:
