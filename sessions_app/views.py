@@ -248,11 +248,18 @@ def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
+    from sessions_app.agent import agent_stop_turn
+
     session = _session_or_404(request, session_id, write=True)
     if request.method == "GET":
         return render(request, "sessions/delete.html", {"session": session})
     title = str(session)
-    services.session_delete(session=session, by=request.user)  # type: ignore[arg-type]
+    try:
+        agent_stop_turn(session.id)  # a running turn first: none is left behind
+        services.session_delete(session=session, by=request.user)  # type: ignore[arg-type]
+    except (DomainError, AgentError) as exc:
+        messages.error(request, str(exc))
+        return _redirect(request, reverse("session", args=[session.id]))
     messages.success(request, f"Deleted “{title}”.")
     return _redirect(request, reverse("home"))
 
@@ -405,6 +412,8 @@ def _agent_call(request: HttpRequest, work: Callable[[], Any]) -> bool:
     try:
         work()
     except (DomainError, AgentError) as exc:
+        if isinstance(exc, ratelimit.RateLimited):
+            raise  # a 429 page (`limit_responses`), as every rate limit answers
         messages.error(request, str(exc))
         return False
     return True

@@ -7,6 +7,7 @@ turns into `agent_x` and `aagent_x`. `session_id` may be a UUID, its string or a
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
@@ -22,6 +23,7 @@ from runtime import (
     Recovery,
     Sent,
     TurnEnded,
+    TurnRunning,
 )
 from runtime.replay import Replayed, ReplayPlan, ReplaySource
 from sessions_app.agent.deltas import delta_publisher, host_loop
@@ -185,6 +187,28 @@ def agent_cancel(session_id: SessionRef) -> bool:
     return running
 
 
+# How long `agent_stop_turn` waits for a cancelled turn to end and let go of its lock.
+STOP_WAIT_S = 10.0
+
+
+def agent_stop_turn(session_id: SessionRef, timeout: float = STOP_WAIT_S) -> None:
+    """Cancel the session's running turn, wherever it runs, and wait until its process
+    has let go of the turn lock (its `turn/end` written); `TurnRunning` when the lock is
+    still held after `timeout` seconds."""
+    sid = session_key(session_id)
+    if not turn_reads.turn_lock_held(sid):
+        return
+    agent_cancel(sid)
+    deadline = time.monotonic() + timeout
+    while turn_reads.turn_lock_held(sid):
+        if time.monotonic() > deadline:
+            raise TurnRunning(
+                f"the session's turn did not stop within {timeout:g} s of being cancelled; "
+                "try again"
+            )
+        time.sleep(0.05)
+
+
 def agent_recover(session_ids: Sequence[SessionRef] | None = None) -> list[Recovery]:
     """Close turns left open by dead processes: in the given sessions, or in every session
     that has an open turn. A turn whose process is alive is left alone."""
@@ -201,6 +225,7 @@ async def _recover_all(running: Engine, sids: Sequence[str]) -> list[Recovery]:
 
 aagent_turn_status = in_thread(agent_turn_status)
 aagent_cancel = in_thread(agent_cancel)
+aagent_stop_turn = in_thread(agent_stop_turn)
 aagent_recover = in_thread(agent_recover)
 
 
