@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import requests
 from django.conf import settings
 from django.db import connection
 
 from deploy import daphne
-from sessions_app import services, tokens
+from sessions_app import agent, services, tokens
 from sessions_app.agent.admission import turn_place_key
+from sessions_app.agent.lock import conninfo
 from sessions_app.models import Event, Session
 from sessions_app.turn_lock import turn_lock_key
 from tests.runtime.conftest import child_database_url
@@ -326,3 +328,34 @@ def test_deleting_a_session_stops_its_turn_first(
     # The turn's place is free: with a cap of one, the next turn starts.
     assert as_alice.send(next_one, "hello").status_code == 202
     as_alice.idle(next_one)
+
+
+# --- a lost lock connection -------------------------------------------------------------
+
+
+def test_a_lost_lock_connection_is_taken_back_or_its_turn_stopped(alice: Any) -> None:
+    """The process's lock connection dies (here: its backend is terminated) and, before the
+    process notices, someone else takes one of its sessions' locks. The engine's check
+    takes the other lock back, so that turn keeps waiting, and cancels the turn whose lock
+    is gone, so that it does not write on as if it held it."""
+    kept, taken = sessions_of(alice, 2)
+    for session in (kept, taken):
+        agent.agent_send_message(session.id, WRITE)
+    for session in (kept, taken):
+        until(lambda s=session: agent.agent_pending_approvals(s.id))
+    keys = {s.id: turn_lock_key(s.id) for s in (kept, taken)}
+    holder = advisory_holders(list(keys.values()))[keys[kept.id]]
+
+    with psycopg.connect(**conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [holder])
+        until(lambda: not advisory_holders(list(keys.values())))
+        other.execute("SELECT pg_advisory_lock(%s)", [keys[taken.id]])
+
+        ended = until(
+            lambda: [e for e in events_of(taken) if e.type == "turn/end"]
+        )  # the engine's periodic check found the lock gone
+        assert ended[0].data["reason"] == "aborted"
+        back = until(lambda: advisory_holders([keys[kept.id]]))
+        assert back[keys[kept.id]] != holder  # a new lock connection took it back
+        assert agent.agent_turn_status(kept.id) == "running"
+        assert agent.agent_pending_approvals(kept.id)
