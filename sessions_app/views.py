@@ -442,7 +442,7 @@ def session_send(request: HttpRequest, session_id: Any) -> HttpResponse:
 def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Edit and resend a user message: the leaf goes to the message's parent and the new
     text is sent from there, so it becomes the message's sibling (a new branch)."""
-    from sessions_app.agent import agent_send_message
+    from sessions_app.agent import agent_check_turn_room, agent_send_message
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request).view_only()
@@ -451,6 +451,7 @@ def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
         messages.error(request, _form_errors(form))
         return _after_write(request, session, query)
     ratelimit.rate_hit(request.user, "message")
+    agent_check_turn_room(session.id)  # at the cap, the leaf does not move either
     try:
         services.session_leaf_before(session=session, entry_id=form.cleaned_data["entry_id"])
     except (DomainError, AgentError) as exc:

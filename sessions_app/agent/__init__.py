@@ -13,6 +13,7 @@ callers; `session_id` may be a UUID, its string or a `Session`):
     agent_replay(session_id, source, plans) -> Replayed
         a recorded request sent again, once per plan, one turn after another
     agent_cancel(session_id) -> bool
+    agent_check_turn_room(session_id)   (a read: `TurnsCapped` when the caps refuse a turn now)
     agent_stop_turn(session_id, timeout=10.0)
         cancel the running turn and wait until its process lets go of the turn lock (before
         a session is deleted); `TurnRunning` if it does not stop in time
@@ -76,6 +77,7 @@ from sessions_app.agent.services import (
     aagent_turn_status,
     aagent_wait,
     agent_cancel,
+    agent_check_turn_room,
     agent_compact,
     agent_decide_approval,
     agent_navigate,
@@ -122,6 +124,7 @@ __all__ = [
     "aagent_turn_status",
     "aagent_wait",
     "agent_cancel",
+    "agent_check_turn_room",
     "agent_compact",
     "agent_decide_approval",
     "agent_navigate",

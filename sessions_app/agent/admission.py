@@ -29,6 +29,7 @@ from django.conf import settings
 from runtime import NotFound
 from sessions_app.models import Session
 from sessions_app.ratelimit import RateLimited, duration_words
+from sessions_app.selectors import turns as turn_reads
 
 if TYPE_CHECKING:
     from sessions_app.agent.engine import Engine
@@ -77,6 +78,24 @@ def turn_place_key(user_id: int, place: int) -> int:
     """The advisory lock key of a user's turn place `place` (apart from session keys)."""
     digest = hashlib.blake2b(f"strand-turn-place:{user_id}:{place}".encode(), digest_size=8)
     return int(struct.unpack(">q", digest.digest())[0])
+
+
+def check_room(session_id: str, process_turns: ProcessTurns | None) -> None:
+    """`TurnsCapped` now when the session's owner (or this process) has no room for one
+    more turn: a read that takes nothing, for a door that writes something before its turn
+    starts (an edit-and-resend moves the leaf first). The start itself still decides."""
+    limit = per_process()
+    if process_turns is not None and limit and process_turns.open >= limit:
+        raise TurnsCapped("server_turns", limit)
+    limit = per_user()
+    if not limit:
+        return
+    owner_id = Session.objects.filter(id=session_id).values_list("owner_id", flat=True).first()
+    if owner_id is None:
+        return
+    keys = [turn_place_key(owner_id, place) for place in range(limit)]
+    if turn_reads.advisory_locks_held(keys) >= limit:
+        raise TurnsCapped("turns", limit)
 
 
 class ProcessTurns:

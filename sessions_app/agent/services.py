@@ -26,6 +26,7 @@ from runtime import (
     TurnRunning,
 )
 from runtime.replay import Replayed, ReplayPlan, ReplaySource
+from sessions_app.agent.admission import check_room
 from sessions_app.agent.deltas import delta_publisher, host_loop
 from sessions_app.agent.engine import (
     Engine,
@@ -185,6 +186,13 @@ def agent_cancel(session_id: SessionRef) -> bool:
         local.loop.call_soon_threadsafe(local.runtime.cancel_local, sid)
     broadcast_cancel(sid)
     return running
+
+
+def agent_check_turn_room(session_id: SessionRef) -> None:
+    """`TurnsCapped` when a turn of the session could not start now for the caps (a read,
+    for a door that writes before it starts a turn)."""
+    running = engine_if_started()
+    check_room(session_key(session_id), running.turns if running is not None else None)
 
 
 # How long `agent_stop_turn` waits for a cancelled turn to end and let go of its lock.

@@ -204,10 +204,16 @@ def test_turns_beyond_the_cap_are_refused_at_every_door(
     assert_capped(as_alice.post(f"/sessions/{extra.id}/steer", {"text": "or this"}))
     assert_capped(as_alice.post(f"/sessions/{done.id}/retry", {}))
     assert_capped(as_alice.post(f"/sessions/{done.id}/requests/{sent_seq}/replay", {}))
-    page = Browser(server, "alice").post(f"/sessions/{spare.id}/messages", text=WRITE)
-    assert page.status_code == 429, page.text[:300]
-    assert int(page.headers["Retry-After"]) > 0
-    assert "Too many turns at once: at most 3 of yours" in page.text
+    browser = Browser(server, "alice")
+    asked = next(e.entry_id for e in events_of(done) if e.type == "user/message")
+    for path, form in [
+        (f"/sessions/{spare.id}/messages", {"text": WRITE}),
+        (f"/sessions/{done.id}/resend", {"entry_id": str(asked), "text": "hello again"}),
+    ]:
+        page = browser.post(path, **form)
+        assert page.status_code == 429, page.text[:300]
+        assert int(page.headers["Retry-After"]) > 0
+        assert "Too many turns at once: at most 3 of yours" in page.text
     assert {s.id: len(events_of(s)) for s in (done, extra, spare)} == before  # nothing written
 
     # Another user is served meanwhile, to the end of a turn.
