@@ -233,7 +233,6 @@ async def _recover_all(running: Engine, sids: Sequence[str]) -> list[Recovery]:
 
 aagent_turn_status = in_thread(agent_turn_status)
 aagent_cancel = in_thread(agent_cancel)
-aagent_stop_turn = in_thread(agent_stop_turn)
 aagent_recover = in_thread(agent_recover)
 
 

@@ -347,8 +347,7 @@ def test_a_lost_lock_connection_is_taken_back_or_its_turn_stopped(alice: Any) ->
     kept, taken = sessions_of(alice, 2)
     for session in (kept, taken):
         agent.agent_send_message(session.id, WRITE)
-    for session in (kept, taken):
-        until(lambda s=session: agent.agent_pending_approvals(s.id))
+    until(lambda: all(agent.agent_pending_approvals(s.id) for s in (kept, taken)))
     keys = {s.id: turn_lock_key(s.id) for s in (kept, taken)}
     holder = advisory_holders(list(keys.values()))[keys[kept.id]]
 
