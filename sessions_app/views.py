@@ -234,6 +234,7 @@ def _form_errors(form: Any) -> str:
 @require_POST
 def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "rename")
     form = RenameForm(request.POST)
     if form.is_valid():
         try:
@@ -253,6 +254,7 @@ def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
     session = _session_or_404(request, session_id, write=True)
     if request.method == "GET":
         return render(request, "sessions/delete.html", {"session": session})
+    ratelimit.rate_hit(request.user, "delete")
     title = str(session)
     try:
         agent_stop_turn(session.id)  # a running turn first: none is left behind
@@ -269,6 +271,7 @@ def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
 def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Move the current leaf (a click in the tree); the views follow it."""
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "navigate")
     query = _return_query(request).view_only()
     form = LeafForm(request.POST)
     if not form.is_valid():
@@ -287,6 +290,7 @@ def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
 @require_POST
 def session_label(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "label")
     form = LabelForm(request.POST)
     query = _return_query(request)
     if not form.is_valid():
@@ -477,11 +481,10 @@ def session_retry(request: HttpRequest, session_id: Any) -> HttpResponse:
         messages.error(request, "That is not an entry of this session.")
         return _after_write(request, session, query)
 
-    def retry() -> None:
-        ratelimit.rate_hit(request.user, "message")
-        agent_retry(session.id, entry_id)
-
-    _agent_call(request, retry)
+    # Counted outside `_agent_call`, which would turn the refusal into a message: over the
+    # limit the page answers 429 like every other limited door.
+    ratelimit.rate_hit(request.user, "message")
+    _agent_call(request, lambda: agent_retry(session.id, entry_id))
     session = selectors.session_reloaded(session)
     return _after_write(request, session, replace(query, leaf=None, entry=None))
 
@@ -492,6 +495,7 @@ def session_cancel(request: HttpRequest, session_id: Any) -> HttpResponse:
     from sessions_app.agent import agent_cancel
 
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "cancel")
     _agent_call(request, lambda: agent_cancel(session.id))
     return _after_write(request, session, _return_query(request))
 
@@ -502,6 +506,7 @@ def session_approval(request: HttpRequest, session_id: Any, approval_id: str) ->
     from sessions_app.agent import agent_decide_approval
 
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "approval")
     form = ApprovalForm(request.POST)
     if form.is_valid():
         outcome = form.cleaned_data["outcome"]

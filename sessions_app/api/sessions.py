@@ -177,7 +177,9 @@ def session_get(request: HttpRequest, session_id: uuid.UUID) -> Any:
 
 @router.patch("/sessions/{session_id}", response={200: SessionOut, ERRORS: ErrorOut})
 def session_rename(request: HttpRequest, session_id: uuid.UUID, body: SessionRenameIn) -> Any:
-    session = access.session_for(auth_user(request), session_id, write=True)
+    user = auth_user(request)
+    session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "rename")
     return services.session_rename(session=session, title=body.title)
 
 
@@ -187,6 +189,7 @@ def session_delete(request: HttpRequest, session_id: uuid.UUID) -> Any:
     and waited for; 409 only when it does not stop in time."""
     user = auth_user(request)
     session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "delete")
     agent.agent_stop_turn(session)
     services.session_delete(session=session, by=user)
     return Status(204, None)
