@@ -286,6 +286,14 @@ STRAND_RATE_LIMITS = {
     scope: tuple(limit)
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
 }
+# Turns open at once (running, or waiting for an approval): at most this many per user,
+# across processes, and per server process; beyond them a new turn is refused with 429
+# (sessions_app.agent.admission). 0 turns a cap off.
+STRAND_MAX_TURNS_PER_USER = int(os.environ.get("STRAND_MAX_TURNS_PER_USER", "8"))
+STRAND_MAX_TURNS_PER_PROCESS = int(os.environ.get("STRAND_MAX_TURNS_PER_PROCESS", "64"))
+# How long a turn waits for an approval decision before it ends as `approval_timeout`
+# (0: forever).
+STRAND_APPROVAL_TIMEOUT_S = float(os.environ.get("STRAND_APPROVAL_TIMEOUT_S", "600"))
 # Open websockets re-check their sign-in at once on sign-out and account changes
 # (sessions_app.live_access), and every this many seconds besides (an expired session).
 STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))

@@ -85,7 +85,7 @@ class ImageRef:
 @dataclass(frozen=True, slots=True)
 class Notice:
     """Why a response or a turn stopped early. `kind`: aborted, error, max_tokens,
-    interrupted. `text` is a plain default wording for templates."""
+    interrupted, approval_timeout. `text` is a plain default wording for templates."""
 
     kind: str
     text: str
@@ -554,6 +554,8 @@ def _turn_notice(end: EventRecord, last_assistant: Mapping[str, Any] | None) -> 
     reason = str(end.data.get("reason"))
     if reason == "interrupted":
         return Notice("interrupted", "Interrupted: the process running this turn stopped.")
+    if reason == "approval_timeout":
+        return Notice("approval_timeout", "Stopped: no decision on an approval came in time.")
     shown_by = _SHOWN_BY_STOP_REASON.get(reason)
     if shown_by is None:
         return None

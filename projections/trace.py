@@ -44,6 +44,7 @@ _TURN_STATUS = {
     "error": "error",
     "max_tokens": "max_tokens",
     "interrupted": "interrupted",
+    "approval_timeout": "approval_timeout",
 }
 # assistant stopReason → request span status
 _STOP_STATUS = {"error": "error", "aborted": "aborted", "length": "max_tokens"}

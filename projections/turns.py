@@ -22,7 +22,7 @@ from projections.records import EventRecord
 
 TURN_MARKERS = ("turn/start", "turn/end")
 # How a turn may end besides "completed"; the session list shows these as its state.
-_UNHAPPY_ENDINGS = frozenset({"interrupted", "error", "aborted"})
+_UNHAPPY_ENDINGS = frozenset({"interrupted", "error", "aborted", "approval_timeout"})
 
 
 @dataclass(frozen=True, slots=True)

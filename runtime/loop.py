@@ -77,6 +77,9 @@ log = logging.getLogger("strand.runtime")
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
 ABORTED = "ABORTED"
 APPROVAL_REJECTED = "APPROVAL_REJECTED"
+# No decision came within the approval timeout: the call is not run and the turn ends
+# with reason `approval_timeout` (the approval is decided `cancelled` by "timeout").
+APPROVAL_TIMEOUT = "APPROVAL_TIMEOUT"
 TOO_MANY_TOOL_CALLS = "TOO_MANY_TOOL_CALLS"
 # Calls past the cap answered in one append (a tool/call and a tool/result each).
 CAPPED_PER_APPEND = 100
@@ -185,9 +188,12 @@ class TurnRunner:
         auto_approve: bool = False,
         on_delta: DeltaSink | None = None,
         on_notice: NoticeSink | None = None,
+        approval_timeout_s: float | None = None,
     ) -> None:
         self.log = log
         self.sid = session_id
+        self.approval_timeout_s = approval_timeout_s
+        self.approval_timed_out = False
         self.config = config
         self.provider = provider
         self.toolbox = toolbox
@@ -426,6 +432,7 @@ class TurnRunner:
 
     async def _run_turn(self, turn: int) -> TurnEnded:
         self.overflow_retried = False
+        self.approval_timed_out = False
         step = 0
         try:
             while True:
@@ -441,9 +448,11 @@ class TurnRunner:
                     if ended is None:
                         continue  # steering input came in: one more step
                     return ended
-                reason = {"max_tokens": "max_tokens", "aborted": "aborted"}.get(
-                    result.kind, "error"
-                )
+                reason = {
+                    "max_tokens": "max_tokens",
+                    "aborted": "aborted",
+                    "approval_timeout": "approval_timeout",
+                }.get(result.kind, "error")
                 return _ended(await self._end_turn(turn, reason, result.error))
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise
@@ -603,7 +612,7 @@ class TurnRunner:
         if calls:
             finished = await self._run_tools(turn, step, calls)
             if not finished:
-                return _StepResult("aborted")
+                return _StepResult("approval_timeout" if self.approval_timed_out else "aborted")
         if stop == "length":
             return _StepResult("max_tokens")
         return _StepResult("continue" if calls else "done")
@@ -840,10 +849,10 @@ class TurnRunner:
         record the results in model order. False when the run was cancelled."""
         plans = [_Plan(call) for call in calls]
         for plan in plans:
-            if self.run.cancelled:
+            if self.run.cancelled or self.approval_timed_out:
                 break
             await self._prepare(turn, step, plan)
-        if self.run.cancelled:
+        if self.run.cancelled or self.approval_timed_out:
             await self._abort_before_dispatch(turn, step, plans)
             return False
         await self.append(
@@ -934,6 +943,15 @@ class TurnRunner:
                     f"the user rejected this {call.name} call", True, APPROVAL_REJECTED
                 )
                 return
+            if outcome == "timed_out":
+                self.approval_timed_out = True
+                plan.outcome = ToolOutcome(
+                    f"no decision on this {call.name} call came within "
+                    f"{self.approval_timeout_s:g} s: it was not run and the turn ended",
+                    True,
+                    APPROVAL_TIMEOUT,
+                )
+                return
             if outcome != "allowed":
                 return  # cancelled: the caller aborts the step
         plan.runnable = True
@@ -964,6 +982,8 @@ class TurnRunner:
             tool=call.name,
             call_id=call.call_id,
         )
+        timeout = self.approval_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
         while approval_id not in self.decisions:
             if self.run.cancelled:
                 cancelled = {"approval_id": approval_id, "outcome": "cancelled", "by": "cancel"}
@@ -972,8 +992,18 @@ class TurnRunner:
                     unless=lambda: approval_id in self.decisions,
                 )
                 return "cancelled"
+            left = APPROVAL_POLL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                timed_out = {"approval_id": approval_id, "outcome": "cancelled", "by": "timeout"}
+                written = await self.append(
+                    [NewFact("approval/decided", timed_out, turn, step)],
+                    unless=lambda: approval_id in self.decisions,
+                )
+                if written is None:
+                    break  # the user's decision came in first
+                return "timed_out"
             waiting = asyncio.ensure_future(
-                self.log.wait_for_events(self.sid, self.last_seq, APPROVAL_POLL_S)
+                self.log.wait_for_events(self.sid, self.last_seq, min(left, APPROVAL_POLL_S))
             )
             cancel_wait = asyncio.ensure_future(self.run.cancel_event.wait())
             try:
@@ -988,8 +1018,9 @@ class TurnRunner:
         facts: list[NewFact] = []
         for plan in plans:
             call = plan.call
+            why = "an approval timed out" if self.approval_timed_out else "the turn was cancelled"
             outcome = plan.outcome or ToolOutcome(
-                "the turn was cancelled before this call started", True, ABORTED_BEFORE_DISPATCH
+                f"{why} before this call started", True, ABORTED_BEFORE_DISPATCH
             )
             facts.append(
                 NewFact(

@@ -104,6 +104,11 @@ class SessionLog(Protocol):
         """Take the session's turn lock, or None when someone holds it."""
         ...
 
+    async def admit_turn(self, session_id: str) -> TurnLock:
+        """A place for one more open turn (a run keeps it until it ends), or a refusal
+        when the session's owner or this process has as many turns open as allowed."""
+        ...
+
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         """Return when events after `after_seq` may exist, or after `timeout` seconds."""
         ...

@@ -122,8 +122,11 @@ class Runtime:
         provider_factory: ProviderFactory | None = None,
         toolbox_factory: ToolboxFactory = default_toolbox,
         busy_wait_s: float = 3.0,
+        approval_timeout_s: float | None = None,
     ) -> None:
         self.log = log
+        # How long a turn waits for an approval decision before it ends (None: forever).
+        self.approval_timeout_s = approval_timeout_s
         self.provider_factory: ProviderFactory = provider_factory or make_provider
         self.toolbox_factory = toolbox_factory
         self.busy_wait_s = busy_wait_s
@@ -150,9 +153,10 @@ class Runtime:
         if not text.strip():
             raise AgentError("a message must not be empty")
         config, provider, toolbox = await self._setup(session_id)
-        lock = await self._lock_or_queue(session_id, text, mode)
-        if isinstance(lock, Sent):
-            return lock
+        queued = await self._lock_or_queue(session_id, text, mode)
+        if isinstance(queued, Sent):
+            return queued
+        lock = await self._admitted(session_id, queued)
 
         async def start(runner: TurnRunner) -> int:
             return await runner.start_turn(text)
@@ -174,7 +178,7 @@ class Runtime:
         leaf, which must be a reply with stopReason "error") and the model is called from
         there, with no new user message. The failed reply stays in the tree."""
         config, provider, toolbox = await self._setup(session_id)
-        lock = await self._exclusive(session_id)
+        lock = await self._admitted(session_id, await self._exclusive(session_id))
 
         async def start(runner: TurnRunner) -> int:
             failed = await self._failed_reply(session_id, entry_id)
@@ -209,7 +213,7 @@ class Runtime:
             prepared.append(
                 (config, self.provider_factory(config), self.toolbox_factory(config), header)
             )
-        lock = await self._exclusive(session_id)
+        lock = await self._admitted(session_id, await self._exclusive(session_id))
         run, runner, first = await self._begin(
             session_id,
             lock,
@@ -255,6 +259,7 @@ class Runtime:
             run,
             on_delta=on_delta,
             on_notice=on_notice,
+            approval_timeout_s=self.approval_timeout_s,
         )
 
     async def _failed_reply(self, session_id: str, entry_id: str | None) -> EntryRecord:
@@ -301,6 +306,7 @@ class Runtime:
                 auto_approve=auto_approve,
                 on_delta=on_delta,
                 on_notice=on_notice,
+                approval_timeout_s=self.approval_timeout_s,
             ),
             start,
         )
@@ -334,6 +340,16 @@ class Runtime:
         self._remember(run)
         run.current_turn = turn
         return run, runner, turn
+
+    async def _admitted(self, session_id: str, lock: TurnLock) -> TurnLock:
+        """`lock` together with a place for one more open turn (`SessionLog.admit_turn`);
+        when the caps refuse one, the lock is let go and nothing has been written."""
+        try:
+            place = await self.log.admit_turn(session_id)
+        except BaseException:
+            await lock.release()
+            raise
+        return _HeldTogether(lock, place)
 
     async def _setup(self, session_id: str) -> tuple[AgentConfig, Provider, Toolbox]:
         setup = await self.log.setup(session_id)
@@ -615,6 +631,20 @@ class Runtime:
             except SeqConflict:
                 continue
             return result.entry_ids
+
+
+class _HeldTogether:
+    """A run's turn lock and its turn place, released together when the run ends."""
+
+    def __init__(self, lock: TurnLock, place: TurnLock) -> None:
+        self._lock = lock
+        self._place = place
+
+    async def release(self) -> None:
+        try:
+            await self._lock.release()
+        finally:
+            await self._place.release()
 
 
 def _landing(target: EntryRecord) -> tuple[str | None, str | None]:

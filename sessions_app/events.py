@@ -176,7 +176,10 @@ class TurnStart(EventData):
 class TurnEnd(EventData):
     type = "turn/end"
     turn: int = Field(ge=0)
-    reason: Literal["completed", "aborted", "error", "max_tokens", "interrupted"]
+    # approval_timeout: no decision on an approval came within STRAND_APPROVAL_TIMEOUT_S.
+    reason: Literal[
+        "completed", "aborted", "error", "max_tokens", "interrupted", "approval_timeout"
+    ]
     error: str | None = None
 
 

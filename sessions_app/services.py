@@ -243,10 +243,12 @@ def session_delete(*, session: Session, by: User) -> None:
     """Delete a whole session: the one operation that lifts the append-only guard.
 
     The guard is lifted for this session only, for this transaction only, and an audit row
-    records who deleted what.
+    records who deleted what. The session's turn lock is held for the transaction, so no
+    turn runs in a deleted session: refused (`TurnRunning`) while a turn holds it, which is
+    why the doors stop the turn first (`agent.agent_stop_turn`).
     """
     sid = str(session.id)
-    with transaction.atomic(), connection.cursor() as cur:
+    with _turn_lock(session.id), connection.cursor() as cur:
         cur.execute("SELECT last_seq FROM sessions_app_session WHERE id = %s FOR UPDATE", [sid])
         row = cur.fetchone()
         if row is None:

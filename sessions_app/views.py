@@ -251,12 +251,19 @@ def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
+    from sessions_app.agent import agent_stop_turn
+
     session = _session_or_404(request, session_id, write=True)
     if request.method == "GET":
         return render(request, "sessions/delete.html", {"session": session})
     ratelimit.rate_hit(request.user, "delete")
     title = str(session)
-    services.session_delete(session=session, by=request.user)  # type: ignore[arg-type]
+    try:
+        agent_stop_turn(session.id)  # a running turn first: none is left behind
+        services.session_delete(session=session, by=request.user)  # type: ignore[arg-type]
+    except (DomainError, AgentError) as exc:
+        messages.error(request, str(exc))
+        return _redirect(request, reverse("session", args=[session.id]))
     messages.success(request, f"Deleted “{title}”.")
     return _redirect(request, reverse("home"))
 
@@ -411,6 +418,8 @@ def _agent_call(request: HttpRequest, work: Callable[[], Any]) -> bool:
     try:
         work()
     except (DomainError, AgentError) as exc:
+        if isinstance(exc, ratelimit.RateLimited):
+            raise  # a 429 page (`limit_responses`), as every rate limit answers
         messages.error(request, str(exc))
         return False
     return True
@@ -439,7 +448,7 @@ def session_send(request: HttpRequest, session_id: Any) -> HttpResponse:
 def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Edit and resend a user message: the leaf goes to the message's parent and the new
     text is sent from there, so it becomes the message's sibling (a new branch)."""
-    from sessions_app.agent import agent_send_message
+    from sessions_app.agent import agent_check_turn_room, agent_send_message
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request).view_only()
@@ -448,6 +457,7 @@ def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
         messages.error(request, _form_errors(form))
         return _after_write(request, session, query)
     ratelimit.rate_hit(request.user, "message")
+    agent_check_turn_room(session.id)  # at the cap, the leaf does not move either
     try:
         services.session_leaf_before(session=session, entry_id=form.cleaned_data["entry_id"])
     except (DomainError, AgentError) as exc:

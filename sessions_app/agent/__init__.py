@@ -13,6 +13,10 @@ callers; `session_id` may be a UUID, its string or a `Session`):
     agent_replay(session_id, source, plans) -> Replayed
         a recorded request sent again, once per plan, one turn after another
     agent_cancel(session_id) -> bool
+    agent_check_turn_room(session_id)   (a read: `TurnsCapped` when the caps refuse a turn now)
+    agent_stop_turn(session_id, timeout=10.0)
+        cancel the running turn and wait until its process lets go of the turn lock (before
+        a session is deleted); `TurnRunning` if it does not stop in time
     agent_decide_approval(session_id, approval_id, *, outcome, by=None)
     agent_pending_approvals(session_id) -> list[PendingApproval]      (a read: never writes)
     agent_compact(session_id, *, instructions=None) -> Compacted
@@ -30,8 +34,10 @@ session committed (not inside an open `transaction.atomic()` that created it).
 
 Modules, by job:
 
-- `lock` — the turn lock, a Postgres advisory lock held by the process that runs the turn;
-  crash recovery closes an open turn only when it can take it; reading never writes;
+- `lock` — the turn lock, a Postgres advisory lock held by the process that runs the turn
+  (all of a process's on one connection); crash recovery closes an open turn only when it
+  can take it; reading never writes;
+- `admission` — the caps on open turns, per user and per process (`TurnsCapped`, a 429);
 - `log` — `runtime.ports.SessionLog` over `store` (the one write) and the selectors;
 - `engine` — the process's agent loop thread, its database threads and its LISTEN
   connection (wake-ups from commits, cancellation from any process);
@@ -56,6 +62,7 @@ from runtime import (
     TurnEnded,
     TurnRunning,
 )
+from sessions_app.agent.admission import TurnsCapped
 from sessions_app.agent.services import (
     aagent_cancel,
     aagent_compact,
@@ -69,6 +76,7 @@ from sessions_app.agent.services import (
     aagent_turn_status,
     aagent_wait,
     agent_cancel,
+    agent_check_turn_room,
     agent_compact,
     agent_decide_approval,
     agent_navigate,
@@ -81,6 +89,7 @@ from sessions_app.agent.services import (
     agent_shutdown,
     agent_startup,
     agent_stop_local_runs,
+    agent_stop_turn,
     agent_turn_status,
     agent_wait,
     running_sessions,
@@ -100,6 +109,7 @@ __all__ = [
     "Sent",
     "TurnEnded",
     "TurnRunning",
+    "TurnsCapped",
     "aagent_cancel",
     "aagent_compact",
     "aagent_decide_approval",
@@ -112,6 +122,7 @@ __all__ = [
     "aagent_turn_status",
     "aagent_wait",
     "agent_cancel",
+    "agent_check_turn_room",
     "agent_compact",
     "agent_decide_approval",
     "agent_navigate",
@@ -124,6 +135,7 @@ __all__ = [
     "agent_shutdown",
     "agent_startup",
     "agent_stop_local_runs",
+    "agent_stop_turn",
     "agent_turn_status",
     "agent_wait",
     "running_sessions",

@@ -11,6 +11,10 @@ Cross-process control. The engine keeps one connection LISTENing on `strand_even
 (payload "<session id>:<last seq>", sent by the store at commit): a run waiting for an
 approval decision wakes up and reads the log. Cancellation is a NOTIFY on `strand_control`
 with payload "<session id>:cancel"; the process running the turn cancels it.
+
+Turn locks. Every turn lock and turn place the process holds is on one connection
+(`agent.lock.ProcessLocks`), however many turns are open; every `LOCK_CHECK_S` the engine
+makes sure that connection still holds them, and cancels a run whose lock was lost.
 """
 
 from __future__ import annotations
@@ -25,12 +29,15 @@ from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
+from django.conf import settings
 from django.db import connection, connections
 
 from runtime import Runtime
 from sessions_app import store
-from sessions_app.agent.lock import conninfo
+from sessions_app.agent.admission import ProcessTurns
+from sessions_app.agent.lock import ProcessLocks, conninfo
 from sessions_app.agent.log import PostgresLog
+from sessions_app.turn_lock import turn_lock_key
 
 log = logging.getLogger("strand.agent")
 
@@ -39,6 +46,10 @@ T = TypeVar("T")
 CONTROL_CHANNEL = "strand_control"
 EVENTS_CHANNEL = store.NOTIFY_CHANNEL
 DB_THREADS = 4
+# How often the lock connection is checked while it holds turn locks.
+LOCK_CHECK_S = 5.0
+# How long a turn waits for an approval decision by default (STRAND_APPROVAL_TIMEOUT_S).
+DEFAULT_APPROVAL_TIMEOUT_S = 600.0
 
 
 class Engine:
@@ -47,11 +58,14 @@ class Engine:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.pool = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="strand-db")
-        self.runtime = Runtime(PostgresLog(self))
+        self.locks = ProcessLocks()
+        self.turns = ProcessTurns()
+        self.runtime = Runtime(PostgresLog(self), approval_timeout_s=approval_timeout_s())
         self.latest: dict[str, int] = {}  # session → newest seq we heard of
         self.waiters: dict[str, set[asyncio.Event]] = {}
         self.listening = threading.Event()
         self._listener: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self.thread = threading.Thread(target=self._main, name="strand-agent", daemon=True)
         self.thread.start()
         self.call(self._start())
@@ -62,6 +76,7 @@ class Engine:
 
     async def _start(self) -> None:
         self._listener = self.loop.create_task(self._listen())
+        self._watcher = self.loop.create_task(self._watch_locks())
 
     # calling in
 
@@ -121,6 +136,19 @@ class Engine:
                 self.listening.clear()
                 await conn.close()
 
+    async def _watch_locks(self) -> None:
+        while True:
+            await asyncio.sleep(LOCK_CHECK_S)
+            try:
+                lost = await self.db(self.locks.check)
+            except Exception:
+                log.exception("agent: checking the turn locks failed")
+                continue
+            for sid in list(self.runtime.runs):
+                if turn_lock_key(sid) in lost:
+                    log.warning("session %s: turn lock lost with its connection; cancelling", sid)
+                    self.runtime.cancel_local(sid)
+
     def _on_notify(self, channel: str, payload: str) -> None:
         session_id, _, rest = payload.partition(":")
         if channel == CONTROL_CHANNEL:
@@ -135,14 +163,16 @@ class Engine:
     def shutdown(self, timeout: float = 10.0) -> None:
         async def stop() -> None:
             await self.runtime.stop_all(timeout)
-            if self._listener is not None:
-                self._listener.cancel()
-                await asyncio.gather(self._listener, return_exceptions=True)
+            for task in (self._listener, self._watcher):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
 
         try:
             self.call(stop(), timeout + 5)
         finally:
             self._close_db_threads()
+            self.locks.close()
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(5)
             self.pool.shutdown(wait=True)
@@ -159,6 +189,12 @@ class Engine:
 
         for future in [self.pool.submit(close) for _ in range(DB_THREADS)]:
             future.result(10)
+
+
+def approval_timeout_s() -> float | None:
+    """How long a turn waits for an approval decision (None or 0 in settings: forever)."""
+    value = getattr(settings, "STRAND_APPROVAL_TIMEOUT_S", DEFAULT_APPROVAL_TIMEOUT_S)
+    return float(value) if value else None
 
 
 def broadcast_cancel(session_id: str) -> None:

@@ -10,6 +10,7 @@ from projections.records import EntryRecord, EventRecord
 from runtime import NotFound
 from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
 from sessions_app import presets, store, workspaces
+from sessions_app.agent.admission import TurnPlace
 from sessions_app.agent.lock import PgTurnLock
 from sessions_app.selectors import context, events
 from sessions_app.selectors import runtime as reads
@@ -100,6 +101,9 @@ class PostgresLog:
 
     async def try_lock(self, session_id: str) -> PgTurnLock | None:
         return await self._engine.db(PgTurnLock.try_take, self._engine, session_id)
+
+    async def admit_turn(self, session_id: str) -> TurnPlace:
+        return await self._engine.db(TurnPlace.take, self._engine, session_id)
 
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         await self._engine.wait_for_events(session_id, after_seq, timeout)

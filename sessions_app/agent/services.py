@@ -7,6 +7,7 @@ turns into `agent_x` and `aagent_x`. `session_id` may be a UUID, its string or a
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
@@ -22,8 +23,10 @@ from runtime import (
     Recovery,
     Sent,
     TurnEnded,
+    TurnRunning,
 )
 from runtime.replay import Replayed, ReplayPlan, ReplaySource
+from sessions_app.agent.admission import check_room
 from sessions_app.agent.deltas import delta_publisher, host_loop
 from sessions_app.agent.engine import (
     Engine,
@@ -183,6 +186,35 @@ def agent_cancel(session_id: SessionRef) -> bool:
         local.loop.call_soon_threadsafe(local.runtime.cancel_local, sid)
     broadcast_cancel(sid)
     return running
+
+
+def agent_check_turn_room(session_id: SessionRef) -> None:
+    """`TurnsCapped` when a turn of the session could not start now for the caps (a read,
+    for a door that writes before it starts a turn)."""
+    running = engine_if_started()
+    check_room(session_key(session_id), running.turns if running is not None else None)
+
+
+# How long `agent_stop_turn` waits for a cancelled turn to end and let go of its lock.
+STOP_WAIT_S = 10.0
+
+
+def agent_stop_turn(session_id: SessionRef, timeout: float = STOP_WAIT_S) -> None:
+    """Cancel the session's running turn, wherever it runs, and wait until its process
+    has let go of the turn lock (its `turn/end` written); `TurnRunning` when the lock is
+    still held after `timeout` seconds."""
+    sid = session_key(session_id)
+    if not turn_reads.turn_lock_held(sid):
+        return
+    agent_cancel(sid)
+    deadline = time.monotonic() + timeout
+    while turn_reads.turn_lock_held(sid):
+        if time.monotonic() > deadline:
+            raise TurnRunning(
+                f"the session's turn did not stop within {timeout:g} s of being cancelled; "
+                "try again"
+            )
+        time.sleep(0.05)
 
 
 def agent_recover(session_ids: Sequence[SessionRef] | None = None) -> list[Recovery]:

@@ -14,7 +14,16 @@ from django.http import HttpRequest
 from ninja import Query, Router
 from ninja.responses import Status
 
-from sessions_app import access, pi_io, ratelimit, selectors, services, store, workspaces
+from sessions_app import (
+    access,
+    agent,
+    pi_io,
+    ratelimit,
+    selectors,
+    services,
+    store,
+    workspaces,
+)
 from sessions_app.api.base import ERRORS, BadInput, auth_user
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
@@ -176,12 +185,12 @@ def session_rename(request: HttpRequest, session_id: uuid.UUID, body: SessionRen
 
 @router.delete("/sessions/{session_id}", response={204: None, ERRORS: ErrorOut})
 def session_delete(request: HttpRequest, session_id: uuid.UUID) -> Any:
-    """Delete a session and its whole history (audited). Refused while a turn runs."""
+    """Delete a session and its whole history (audited). A running turn is cancelled first
+    and waited for; 409 only when it does not stop in time."""
     user = auth_user(request)
     session = access.session_for(user, session_id, write=True)
     ratelimit.rate_hit(user, "delete")
-    if selectors.session_turn_state(session).running:
-        raise store.ConcurrencyError(session.last_seq, session.last_seq)
+    agent.agent_stop_turn(session)
     services.session_delete(session=session, by=user)
     return Status(204, None)
 

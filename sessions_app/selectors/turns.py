@@ -50,6 +50,21 @@ def turn_lock_held(session_id: SessionId) -> bool:
         return cur.fetchone() is not None
 
 
+def advisory_locks_held(keys: Sequence[int]) -> int:
+    """How many of the advisory locks `keys` live processes hold (a read: takes nothing)."""
+    # A bigint key is shown as its high and low 32 bits (classid, objid); shifted back
+    # together they wrap to the signed key.
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = ANY(%s) "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [list(keys)],
+        )
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+
 def session_turn_state(session: Session | SessionId) -> TurnState:
     """Whether a turn is open, how the last one ended, and the approvals a running turn
     waits for."""

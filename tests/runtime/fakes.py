@@ -35,6 +35,13 @@ class FakeLock:
         self._session.locked = False
 
 
+class FakePlace:
+    """A turn place: the fake sets no cap."""
+
+    async def release(self) -> None:
+        return None
+
+
 class FakeLog:
     def __init__(self) -> None:
         self.sessions: dict[str, _Session] = {}
@@ -151,6 +158,9 @@ class FakeLog:
             return None
         session.locked = True
         return FakeLock(session)
+
+    async def admit_turn(self, session_id: str) -> FakePlace:
+        return FakePlace()
 
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         if len(self.sessions[session_id].events) - 1 > after_seq:

@@ -192,6 +192,38 @@ def test_a_turn_stops_at_the_step_limit_and_at_max_tokens(ws):
     assert replies[-1]["stopReason"] == "length"
 
 
+def test_a_turn_waits_for_an_approval_at_most_its_timeout(ws):
+    log = FakeLog()
+    sid = log.create(OFFLINE, ws)
+    provider = ScriptedProvider(
+        calls(
+            call("c1", "write_file", '{"path": "a.txt", "content": "x"}', 0),
+            call("c2", "write_file", '{"path": "b.txt", "content": "y"}', 1),
+        ),
+    )
+
+    async def go() -> None:
+        rt = Runtime(log, provider_factory=lambda config: provider, approval_timeout_s=0.05)
+        await rt.send(sid, "go")  # nobody decides
+        assert [e.reason for e in await rt.wait(sid, 10) or []] == ["approval_timeout"]
+
+    run(go())
+    events = log.events(sid)
+    asked = [e for e in events if e.type == "approval/asked"]
+    assert [e.data["call_id"] for e in asked] == ["c1"]  # the second call is never asked
+    decided = [e.data for e in events if e.type == "approval/decided"]
+    assert decided == [
+        {"approval_id": asked[0].data["approval_id"], "outcome": "cancelled", "by": "timeout"}
+    ]
+    results = [e.data.get("error_code") for e in events if e.type == "tool/result"]
+    assert results == ["APPROVAL_TIMEOUT", "ABORTED_BEFORE_DISPATCH"]
+    step_end = [e for e in events if e.type == "step/end"][-1]
+    assert step_end.data["reason"] == "approval_timeout"
+    assert events[-1].type == "turn/end" and events[-1].data["reason"] == "approval_timeout"
+    assert len(provider.payloads) == 1  # the model is not asked again
+    assert not (Path(ws) / "a.txt").exists() and not (Path(ws) / "b.txt").exists()
+
+
 def test_the_turn_lock_refuses_a_second_sender_and_recovery(ws):
     log = FakeLog()
     sid = log.create(OFFLINE, ws)
