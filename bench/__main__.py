@@ -11,7 +11,7 @@ from bench.common import ROOT, Report, Row, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, audit, compare, langgraph, live, pages, pi, tools, trees
+    from bench import append, audit, compare, langgraph, live, pages, pi, search, tools, trees
 
     suites = {
         "append": append.run,
@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
         "trees": trees.run,
         "audit": audit.run,
         "compare": compare.run,
+        "search": search.run,
     }
     chosen = argv or list(suites)
     report = Report()
