@@ -15,17 +15,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
+import requests
 from axes.models import AccessAttempt
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from deploy import daphne
 from sessions_app.models import Event, Session
-from tests.api.conftest import Api, body_of, cookie_api, token_api
+from tests.api.conftest import CSRF_SECRET, Api, body_of, cookie_api, token_api
+from tests.runtime.conftest import child_database_url
+from tests.security.test_sockets import Browser, Server
 
 pytestmark = pytest.mark.django_db
 
@@ -235,6 +240,12 @@ def as_alice_by(request: pytest.FixtureRequest, alice: Any) -> Api:
     return token_api(alice) if request.param == "token" else cookie_api(alice)
 
 
+def post_raw(api: Api, path: str, body: str) -> Any:
+    """POST `body` as it is (JSON the client's encoder would not write)."""
+    extra: dict[str, Any] = {"HTTP_X_CSRFTOKEN": CSRF_SECRET} if api.csrf else {}
+    return api.client.generic("POST", path, body, content_type="application/json", **extra)
+
+
 def append_body(text: Any, expected_seq: int) -> str:
     entry = {"type": "message", "message": {"role": "user", "content": text}}
     return json.dumps(
@@ -259,13 +270,7 @@ def test_an_api_append_refuses_bad_json_and_writes_nothing(
 ) -> None:
     before = events_of(alice_session)
     body = append_body("PLACEHOLDER", alice_session.last_seq).replace('"PLACEHOLDER"', raw)
-    response = as_alice_by.client.generic(
-        "POST",
-        f"/api/sessions/{alice_session.id}/events",
-        body,
-        content_type="application/json",
-        **({"HTTP_X_CSRFTOKEN": "A" * 32} if as_alice_by.csrf else {}),
-    )
+    response = post_raw(as_alice_by, f"/api/sessions/{alice_session.id}/events", body)
     assert_api_refused(response)
     assert events_of(alice_session) == before
 
@@ -275,13 +280,7 @@ def test_an_api_expected_seq_past_any_seq_is_refused(
 ) -> None:
     before = events_of(alice_session)
     body = append_body("hi", 10**30)
-    response = as_alice_by.client.generic(
-        "POST",
-        f"/api/sessions/{alice_session.id}/events",
-        body,
-        content_type="application/json",
-        **({"HTTP_X_CSRFTOKEN": "A" * 32} if as_alice_by.csrf else {}),
-    )
+    response = post_raw(as_alice_by, f"/api/sessions/{alice_session.id}/events", body)
     assert_api_refused(response, 422)
     assert events_of(alice_session) == before
 
@@ -353,3 +352,61 @@ def test_commands_refuse_unstorable_and_overflowing_arguments(arguments: list[by
     assert len(stderr.splitlines()) == 1, stderr
     assert stderr.startswith("CommandError:")
     assert Session.objects.count() == before
+
+
+# --- through daphne -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[Server]:
+    port = daphne.free_port()
+    env = {"DATABASE_URL": child_database_url(), "STRAND_RECOVER_AT_START": "0"}
+    with django_db_blocker.unblock():
+        process = daphne.start(port, env)
+    try:
+        yield Server(f"http://127.0.0.1:{port}", process)
+    finally:
+        daphne.stop(process)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_through_daphne_the_rename_with_a_nul_return_url_is_refused_and_not_applied(
+    server: Server, alice: Any, alice_session: Session
+) -> None:
+    browser = Browser(server, "alice", "alice-pass-1234")
+    page = f"{server.url}/sessions/{alice_session.id}/"
+    before = events_of(alice_session)
+    answer = browser.http.post(
+        f"{page}rename",
+        data={"title": "Renamed", "csrfmiddlewaretoken": browser.http.cookies["csrftoken"]},
+        headers={"HX-Request": "true", "HX-Current-URL": f"{page}?leaf={NUL}", "Referer": page},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert answer.status_code == 400, answer.text[:300]
+    assert "NUL" in answer.text
+    alice_session.refresh_from_db()
+    assert alice_session.title == "Alice's secret plans"
+    assert events_of(alice_session) == before
+    # The same page, asked properly, still answers.
+    assert browser.http.get(page, timeout=30).status_code == 200
+    assert browser.http.get(f"{page}?leaf={NUL}", timeout=30).status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)
+def test_through_daphne_an_api_append_of_1e999_is_refused(
+    server: Server, alice: Any, alice_session: Session
+) -> None:
+    from sessions_app import tokens
+
+    _, token = tokens.token_create(alice, "tests")
+    before = events_of(alice_session)
+    answer = requests.post(
+        f"{server.url}/api/sessions/{alice_session.id}/events",
+        data=append_body("PLACEHOLDER", alice_session.last_seq).replace('"PLACEHOLDER"', "1e999"),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert answer.status_code == 400, answer.text[:300]
+    assert answer.json()["error"] == "bad_request" and "out of range" in answer.json()["detail"]
+    assert events_of(alice_session) == before
