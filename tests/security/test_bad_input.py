@@ -104,6 +104,20 @@ def test_the_audit_filters_refuse_a_nul(carol: Any, parameter: str) -> None:
     assert_page_refused(response, parameter)
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "?owner__id__exact=%C2%B2",  # a digit to str.isdigit, not to int()
+        f"?owner__id__exact={HUGE}0",
+        "%C2%B2/change/",
+        f"{HUGE}0/change/",
+    ],
+)
+def test_the_audit_ids_that_are_no_number_are_no_500(carol: Any, path: str) -> None:
+    response = page_client(carol).get(f"/admin/sessions_app/requestaudit/{path}")
+    assert response.status_code in (200, 302, 404), response.content[:300]
+
+
 # --- pages: forms and the headers they read ----------------------------------------------------
 
 
