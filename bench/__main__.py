@@ -125,6 +125,10 @@ def _write(report: Report, took: float) -> None:
         "  first rows, `offset` in the middle, and the summary htmx redraws on a live update)",
         "  over HTTP from one daphne process, as the pages benchmark fetches: the first fetch",
         "  before ANALYZE, then the median of 5 fetches after one.",
+        "- **search**: `bench/search.py`. Bob owns 200,000 user and assistant messages in 20",
+        "  sessions (300–1,000 characters each), Alice one session of 6; the median of 5",
+        "  searches after one through `selectors.session_rows`, the home page's selector, for",
+        "  each of them. Alice's figure should not grow with Bob's data.",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 
