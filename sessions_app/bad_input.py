@@ -11,12 +11,13 @@ So every door checks what it reads before it does anything:
 - `RefuseUnstorableInput`, a middleware, for every page, form and API request: the path,
   the query string, the header values (and the query of `HX-Current-URL`, which the pages
   read as the page a form came from) and, on the pages, the fields of a form body. The
-  API's JSON bodies are its parser's (`api.base.StrictParser`, with `unstorable` and
-  `finite_float`).
+  API's JSON bodies are its parser's (`api.base.StrictParser`, which refuses NUL and lone
+  surrogates itself and reads numbers with `finite_float`).
 - `page_query.PageQuery` parses the query a page reads, the one carried in a form's
   `return_to` or in `HX-Current-URL` included, and refuses a NUL or a number past any seq
   with BadInput; the views parse it before they write, and the middleware answers 400.
-- `projections.pi_file` refuses the same in a Pi file, with the number of its line.
+- `projections.pi_file` refuses a number that overflows in a Pi file, with the number of
+  its line (with a `finite_float` of its own: projections import nothing of ours).
 - Commands check their arguments with `check_text` (a lone surrogate is how Python hands
   over the bytes of an argument that are not UTF-8).
 """
