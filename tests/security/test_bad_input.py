@@ -231,6 +231,35 @@ def test_an_import_with_a_huge_integer_index_is_read_as_pi_reads_it(alice: Any) 
     assert response.status_code == 201, response.content[:300]
 
 
+def v3_file(content: str) -> bytes:
+    lines = [
+        '{"type":"session","version":3,"id":"s1","timestamp":"2025-01-01T00:00:00Z","cwd":"/w"}',
+        '{"type":"message","id":"a1","parentId":null,"timestamp":"t",'
+        '"message":{"role":"user","content":' + content + "}}",
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"), [('"a\\u0000b"', "NUL"), ('"\\ud800"', "lone surrogate")]
+)
+def test_imports_refuse_unstorable_text_with_its_line(
+    alice: Any, content: str, reason: str
+) -> None:
+    before = Session.objects.count()
+    upload = SimpleUploadedFile("s.jsonl", v3_file(content))
+    response = token_api(alice).client.post("/api/sessions/import", {"file": upload})
+    body = assert_api_refused(response, 422)
+    assert "line 2" in body["detail"] and reason in body["detail"]
+    page = page_client(alice).post(
+        "/sessions/import",
+        {"file": SimpleUploadedFile("s.jsonl", v3_file(content))},
+        follow=True,
+    )
+    assert page.status_code == 200 and reason in page.content.decode()
+    assert Session.objects.count() == before
+
+
 def test_the_command_import_refuses_an_overflowing_number(tmp_path: Path) -> None:
     pi_file = tmp_path / "s.jsonl"
     pi_file.write_bytes(v1_file("1e999"))
