@@ -19,6 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import CookieMiddleware, InstanceSessionWrapper  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from config.body_limits import BodyLimits, refuse_early_in_daphne  # noqa: E402
 from config.startup import RunOnceAtStart, recover_open_turns  # noqa: E402
 from sessions_app import live_db  # noqa: E402
 from sessions_app.live_admission import Admission  # noqa: E402
@@ -76,7 +77,8 @@ class HealthCheck:
 
 router = ProtocolTypeRouter(
     {
-        "http": HealthCheck(ASGIStaticFilesHandler(django_asgi)),
+        # Bodies past their route's limit are refused before Django reads them.
+        "http": BodyLimits(HealthCheck(ASGIStaticFilesHandler(django_asgi))),
         # The origin checked as Django's CSRF check does: scheme, host and port.
         "websocket": SameOriginSockets(
             Admission(SocketAuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
@@ -202,6 +204,7 @@ def _tune_garbage_collection() -> None:
     gc.freeze()
 
 
+refuse_early_in_daphne()
 _plain_websocket_log_arguments()
 _eager_socket_writes()
 _framed_once_for_all_viewers()

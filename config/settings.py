@@ -260,13 +260,30 @@ STRAND_LOCAL_USER = os.environ.get("STRAND_LOCAL_USER", "local")
 # Largest accepted event, as JSON bytes, and most events in one append.
 STRAND_MAX_EVENT_BYTES = int(os.environ.get("STRAND_MAX_EVENT_BYTES", str(1024 * 1024)))
 STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
+# Request bodies, refused at the door past these (config/body_limits.py): a request without a
+# session cookie or API token, and sign-in, at most STRAND_MAX_ANONYMOUS_BODY_BYTES; a Pi file
+# at most STRAND_MAX_IMPORT_BYTES; any other body at most STRAND_MAX_BODY_BYTES, which holds
+# an event of the largest size with room to spare. Django reads a body (not a file) into
+# memory, so its own limit is the same.
+STRAND_MAX_ANONYMOUS_BODY_BYTES = int(os.environ.get("STRAND_MAX_ANONYMOUS_BODY_BYTES", "8192"))
+STRAND_MAX_IMPORT_BYTES = int(os.environ.get("STRAND_MAX_IMPORT_BYTES", str(50 * 1024 * 1024)))
+STRAND_MAX_BODY_BYTES = int(
+    os.environ.get("STRAND_MAX_BODY_BYTES", str(max(4 * 1024 * 1024, 2 * STRAND_MAX_EVENT_BYTES)))
+)
+DATA_UPLOAD_MAX_MEMORY_SIZE = STRAND_MAX_BODY_BYTES
 # Most bytes of stored data (as JSON text) in one page of the raw-data API (events, entries,
 # the path window): a page stops before the item that would pass it, but holds at least one.
 STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1024)))
+# Most bytes of stored data (as JSON text) one read that is not paged may gather: a model
+# context (the context view and API, a request rebuilt, a comparison's contexts) and the
+# chat's whole path (?all=1). Past it the API answers 413 saying what to read instead and the
+# page shows a window and says so (sessions_app/selectors/ceilings.py).
+STRAND_WHOLE_READ_BYTES = int(os.environ.get("STRAND_WHOLE_READ_BYTES", str(8 * 1024 * 1024)))
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
 # defaults (sessions_app.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
-# compact, search and token).
+# compact, replay, search, token, and the small writes: rename, navigate, label, approval,
+# cancel, delete and revoke).
 STRAND_RATE_LIMITS = {
     scope: tuple(limit)
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
@@ -312,3 +329,17 @@ STRAND_WORKSPACE_ROOTS = [
     )
     if root
 ]
+
+# What the agent may do in one go, whatever a session's preset says. Tool calls one model
+# reply may make: each call past the cap gets an error result and is neither asked about
+# nor run (0: no cap). The agent's writes (write_file) are held to a quota of the folder
+# they land in (sessions_app.workspaces.run_limits: the owner's own folder when the session
+# works in it): bytes of all its files, files and directories in it, bytes and path depth of
+# one write; a write past one is an error result naming it (0 turns a bound off).
+STRAND_MAX_TOOL_CALLS_PER_REPLY = int(os.environ.get("STRAND_MAX_TOOL_CALLS_PER_REPLY", "32"))
+STRAND_WORKSPACE_MAX_BYTES = int(os.environ.get("STRAND_WORKSPACE_MAX_BYTES", str(1024**3)))
+STRAND_WORKSPACE_MAX_FILES = int(os.environ.get("STRAND_WORKSPACE_MAX_FILES", "10000"))
+STRAND_WORKSPACE_MAX_WRITE_BYTES = int(
+    os.environ.get("STRAND_WORKSPACE_MAX_WRITE_BYTES", str(1024 * 1024))
+)
+STRAND_WORKSPACE_MAX_DEPTH = int(os.environ.get("STRAND_WORKSPACE_MAX_DEPTH", "32"))

@@ -37,6 +37,11 @@ BACKLOG = 2048
 # Handshakes are kept few by admission (`sessions_app.live_admission`), so this is a
 # backstop: daphne's default, 5 s, dropped admitted sockets on a busy machine.
 CONNECT_TIMEOUT_S = 30
+# The live feed is one-way (the server sends; what a browser sends is ignored), so a
+# websocket message or frame from a client needs no more than a few KB; daphne's default
+# lets each socket send 1 MiB messages. Request bodies have their limits in the application
+# (config/body_limits.py), which daphne has no option for.
+WS_MAX_MESSAGE_BYTES = 16 * 1024
 
 
 def command(port: int, host: str = "127.0.0.1") -> list[str]:
@@ -48,6 +53,10 @@ def command(port: int, host: str = "127.0.0.1") -> list[str]:
         f"tcp:port={port}:interface={host}:backlog={BACKLOG}",
         "--websocket_connect_timeout",
         str(CONNECT_TIMEOUT_S),
+        "--websocket-max-message-size",
+        str(WS_MAX_MESSAGE_BYTES),
+        "--websocket-max-frame-size",
+        str(WS_MAX_MESSAGE_BYTES),
         "config.asgi:application",
     ]
 

@@ -17,6 +17,10 @@ shows for production (there with TLS on the front and the servers on their own h
   that sign-in throttling counts each client by its own address, not all of them as the
   proxy's; the processes believe that one proxy (`STRAND_TRUSTED_PROXIES=1`, which
   `deploy/cluster.py` sets) and nothing a client wrote to the left of it.
+- `http-request deny … content-length`: a body declared larger than any route takes (a Pi
+  file and its framing, `max_body_bytes()`) is answered 413 by HAProxy before a process
+  sees it; each process refuses what is over its route's smaller limits, and a streamed
+  (chunked) body, itself (`config/body_limits.py`).
 - a runtime API socket (`stats socket`): `drain()` stops new connections to one process
   while it finishes, `ready()` opens it again (the cluster's rolling restart uses both).
 """
@@ -24,6 +28,7 @@ shows for production (there with TLS on the front and the servers on their own h
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import shutil
 import socket
@@ -57,12 +62,19 @@ def server_name(index: int) -> str:
     return f"w{index + 1}"
 
 
+def max_body_bytes() -> int:
+    """The largest body any route takes: a Pi file (`STRAND_MAX_IMPORT_BYTES`, 50 MiB, as in
+    config/settings.py) with its multipart framing."""
+    return int(os.environ.get("STRAND_MAX_IMPORT_BYTES", str(50 * 1024 * 1024))) + 64 * 1024
+
+
 def config(
     front: str,
     servers: Sequence[str],
     *,
     admin_socket: str | None = None,
     maxconn: int | None = None,
+    max_body: int | None = None,
 ) -> str:
     """The configuration: `front` is `host:port` to listen on, `servers` the processes'
     `host:port` addresses. Each connection costs HAProxy two file descriptors, so `maxconn`
@@ -89,6 +101,7 @@ def config(
         "",
         "frontend strand_front",
         f"    bind {front}",
+        f"    http-request deny deny_status 413 if {{ req.hdr_val(content-length) gt {max_body or max_body_bytes()} }}",
         f"    default_backend {BACKEND}",
         "",
         f"backend {BACKEND}",

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from sessions_app import access, workspaces
 from sessions_app.errors import DomainError
@@ -13,7 +14,6 @@ from sessions_app.presets import OFFLINE
 from sessions_app.presets import presets as available_presets
 
 MAX_MESSAGE_CHARS = 100_000
-MAX_IMPORT_BYTES = 64 * 1024 * 1024
 MAX_LABEL_CHARS = 200
 MAX_INSTRUCTIONS_CHARS = 4_000
 ENTRY_ID_CHARS = 64
@@ -79,10 +79,9 @@ class SessionImportForm(forms.Form):
 
     def clean_file(self) -> Any:
         upload = self.cleaned_data["file"]
-        if upload.size > MAX_IMPORT_BYTES:
-            raise forms.ValidationError(
-                f"The file is larger than {MAX_IMPORT_BYTES // (1024 * 1024)} MB."
-            )
+        limit = settings.STRAND_MAX_IMPORT_BYTES  # the API's limit too
+        if upload.size > limit:
+            raise forms.ValidationError(f"The file is larger than {limit // (1024 * 1024)} MB.")
         return upload
 
 

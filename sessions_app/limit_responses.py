@@ -1,5 +1,6 @@
-"""What a page shows when a limit refuses it: a rate limit (`sessions_app.ratelimit`) or a
-sign-in paused after repeated failures (django-axes).
+"""What a page shows when a limit refuses it: a rate limit (`sessions_app.ratelimit`), a
+sign-in paused after repeated failures (django-axes), or a read past the ceiling of whole
+reads (`selectors.ceilings`, 413).
 
 Both answer 429 with `Retry-After`. The API answers rate limits itself, as JSON (see
 `error_response` in `api/base.py`); these are the pages' answers:
@@ -26,17 +27,30 @@ from django.utils.deprecation import MiddlewareMixin
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from sessions_app.ratelimit import RateLimited, duration_words
+from sessions_app.selectors.ceilings import ReadTooLarge
 
 TEMPLATE = "limited.html"
 
 
 class RateLimitedPages(MiddlewareMixin):
-    """Turns a `RateLimited` raised by a page view into a 429 (the API handles its own)."""
+    """Turns a `RateLimited` raised by a page view into a 429, and a `ReadTooLarge` (a read
+    past the ceiling of whole reads) into a 413 (the API handles its own)."""
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, ReadTooLarge):
+            return too_large_page(request, exception)
         if not isinstance(exception, RateLimited):
             return None
         return rate_limited_page(request, exception)
+
+
+def too_large_page(request: HttpRequest, refused: ReadTooLarge) -> HttpResponse:
+    context = {
+        "title": "Too large to show at once",
+        "message": str(refused),
+        "back": _back(request),
+    }
+    return render(request, TEMPLATE, context, status=413)
 
 
 def rate_limited_page(request: HttpRequest, refused: RateLimited) -> HttpResponse:

@@ -53,6 +53,8 @@ from sessions_app.forms import (
 )
 from sessions_app.models import Session
 from sessions_app.page_query import VIEWS, PageQuery
+from sessions_app.selectors import tree as tree_reads
+from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
 from sessions_app.streaming import streamed
 
 log = logging.getLogger("strand.views")
@@ -235,6 +237,7 @@ def _form_errors(form: Any) -> str:
 def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request)  # before the write: a query it refuses changes nothing
+    ratelimit.rate_hit(request.user, "rename")
     form = RenameForm(request.POST)
     if form.is_valid():
         try:
@@ -252,6 +255,7 @@ def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
     session = _session_or_404(request, session_id, write=True)
     if request.method == "GET":
         return render(request, "sessions/delete.html", {"session": session})
+    ratelimit.rate_hit(request.user, "delete")
     title = str(session)
     services.session_delete(session=session, by=request.user)  # type: ignore[arg-type]
     messages.success(request, f"Deleted “{title}”.")
@@ -263,6 +267,7 @@ def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
 def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Move the current leaf (a click in the tree); the views follow it."""
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "navigate")
     query = _return_query(request).view_only()
     form = LeafForm(request.POST)
     if not form.is_valid():
@@ -281,6 +286,7 @@ def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
 @require_POST
 def session_label(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "label")
     form = LabelForm(request.POST)
     query = _return_query(request)
     if not form.is_valid():
@@ -468,11 +474,10 @@ def session_retry(request: HttpRequest, session_id: Any) -> HttpResponse:
         messages.error(request, "That is not an entry of this session.")
         return _after_write(request, session, query)
 
-    def retry() -> None:
-        ratelimit.rate_hit(request.user, "message")
-        agent_retry(session.id, entry_id)
-
-    _agent_call(request, retry)
+    # Counted outside `_agent_call`, which would turn the refusal into a message: over the
+    # limit the page answers 429 like every other limited door.
+    ratelimit.rate_hit(request.user, "message")
+    _agent_call(request, lambda: agent_retry(session.id, entry_id))
     session = selectors.session_reloaded(session)
     return _after_write(request, session, replace(query, leaf=None, entry=None))
 
@@ -484,6 +489,7 @@ def session_cancel(request: HttpRequest, session_id: Any) -> HttpResponse:
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request)
+    ratelimit.rate_hit(request.user, "cancel")
     _agent_call(request, lambda: agent_cancel(session.id))
     return _after_write(request, session, query)
 
@@ -495,6 +501,7 @@ def session_approval(request: HttpRequest, session_id: Any, approval_id: str) ->
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request)
+    ratelimit.rate_hit(request.user, "approval")
     form = ApprovalForm(request.POST)
     if form.is_valid():
         outcome = form.cleaned_data["outcome"]
@@ -578,6 +585,8 @@ def _tree_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
     }
     if window.partial:
         part["tree_partial"] = True
+    if window.whole_refused:
+        part["tree_whole_refused"] = tree_reads.TREE_WHOLE_LIMIT
     return part
 
 
@@ -607,7 +616,14 @@ def _view_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
 def _chat_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:
     """The chat of the path's latest entries (all of it with `?all=1`)."""
     window = selectors.chat_window(session, leaf, entry=query.entry, everything=query.all)
-    return {"chat": window.chat, "items": window.chat.items, "hidden_items": window.above}
+    return {
+        "chat": window.chat,
+        "items": window.chat.items,
+        "hidden_items": window.above,
+        # Where the window above ends, when even "everything" stopped at its ceiling.
+        "chat_older_end": window.older_end if query.all else None,
+        "whole_read_mb": megabytes(whole_read_bytes()),
+    }
 
 
 def _trace_window(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from projections.compare import (
 from projections.context import SessionContext
 from sessions_app import store
 from sessions_app.models import Session
+from sessions_app.selectors import ceilings
 from sessions_app.selectors.context import session_context
 
 FIRST_CHUNK = 4096  # seqs read back from the later leaf at first; each next chunk doubles
@@ -265,7 +266,10 @@ def _contexts(
         # A context starts at its path's latest compaction: read the two kept windows.
         return session_context(session, a), session_context(session, b)
     # Without a compaction each context is the whole path: the path to A is read once,
-    # and B's below the ancestor.
+    # and B's below the ancestor; neither past the ceiling of a whole read.
+    for leaf in (a, b):
+        if ceilings.path_over(session.id, leaf, min_depth=0, max_bytes=ceilings.whole_read_bytes()):
+            raise ceilings.context_too_large(session.id, leaf)
     path_a = store.path_to_root(session.id, a)
     below_b = store.path_to_root(session.id, b, min_depth=split.depth + 1) if split.b.ids else []
     return next_context(path_a), next_context(path_a[: split.depth + 1] + below_b)

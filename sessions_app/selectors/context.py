@@ -18,6 +18,7 @@ from projections.context import (
 from projections.records import EntryRecord
 from sessions_app import store
 from sessions_app.models import Session
+from sessions_app.selectors import ceilings
 from sessions_app.selectors.events import SessionId
 
 
@@ -34,7 +35,9 @@ def session_context(session: Session, leaf_id: str | None | UnsetType = UNSET) -
         leaf_id = session.leaf_entry_id
     if leaf_id is None:
         return EMPTY_CONTEXT
-    reader = _StoredEntries(session.id)
+    # A door's read: a window past the ceiling is refused before it is read (the runtime's
+    # turns read theirs through `kept_window`, without one).
+    reader = _StoredEntries(session.id, max_bytes=ceilings.whole_read_bytes())
     leaf = reader.facts(leaf_id) or _last_entry_facts(session.id)
     if leaf is None:
         return EMPTY_CONTEXT
@@ -109,8 +112,9 @@ class _StoredEntries:
     """The kept window read from the entry table: a key lookup per fact and one bounded
     walk of the path."""
 
-    def __init__(self, session_id: SessionId) -> None:
+    def __init__(self, session_id: SessionId, *, max_bytes: int | None = None) -> None:
         self.session_id = session_id
+        self.max_bytes = max_bytes
 
     def facts(self, entry_id: str) -> LeafFacts | None:
         return _facts(
@@ -126,6 +130,10 @@ class _StoredEntries:
         return store.depth_of(self.session_id, entry_id)
 
     def path(self, leaf_id: str, min_depth: int) -> list[EntryRecord]:
+        if self.max_bytes is not None and ceilings.path_over(
+            self.session_id, leaf_id, min_depth=min_depth, max_bytes=self.max_bytes
+        ):
+            raise ceilings.context_too_large(self.session_id, leaf_id)
         return store.path_to_root(self.session_id, leaf_id, min_depth=min_depth)
 
 

@@ -18,6 +18,7 @@ from projections.chat import ChatView, project_chat
 from projections.records import EntryRecord
 from projections.trace import DEFAULT_PAGE_TURNS, TraceSpan, TraceView, pick_turns, project_trace
 from sessions_app.models import Session
+from sessions_app.selectors.ceilings import whole_read_bytes
 from sessions_app.selectors.entries import entry_exists, path_window
 from sessions_app.selectors.events import events_of_turns
 from sessions_app.selectors.turns import all_turns, branch_turns, turns_of_entries
@@ -71,14 +72,15 @@ def chat_window(
     a path of large messages is read a window at a time like any other.
 
     The page's options: `entry`, a deep link to an earlier entry of the path, opens the chat
-    down from it; `everything` shows the whole path."""
+    down from it; `everything` shows the whole path. Either stops at the ceiling of a whole
+    read (`STRAND_WHOLE_READ_BYTES`), and `older_end` reads on above it."""
     window = path_window(
         session,
         end if end is not None else leaf,
         limit=CHAT_ENTRIES if limit is None else limit,
         entry=entry,
         everything=everything,
-        max_bytes=None if entry or everything else settings.STRAND_API_PAGE_BYTES,
+        max_bytes=whole_read_bytes() if entry or everything else settings.STRAND_API_PAGE_BYTES,
     )
     path = list(window.entries)
     events = events_of_turns(session.id, turns_of_entries(session, path))

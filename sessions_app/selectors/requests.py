@@ -24,6 +24,7 @@ from projections.request import (
 from projections.tokens import estimate_tokens
 from sessions_app import store
 from sessions_app.models import Event, Session
+from sessions_app.selectors import ceilings
 from sessions_app.selectors.context import session_context
 from sessions_app.selectors.events import event_at
 
@@ -55,6 +56,10 @@ def request_context(session: Session, sent: EventRecord) -> SessionContext:
         return EMPTY_CONTEXT
     if not store.entries_by_id(session.id, [leaf]):
         # A leaf that names no entry: Pi's fallback, the last entry before the request.
+        if ceilings.entries_over(
+            session.id, as_of_seq=sent.seq - 1, max_bytes=ceilings.whole_read_bytes()
+        ):
+            raise ceilings.context_too_large(session.id, leaf)
         before = [e for e in store.entries_of(session.id) if e.seq < sent.seq]
         return build_session_context(before, leaf)
     return session_context(session, leaf)
@@ -202,7 +207,10 @@ def context_window(
         chosen = requests[-1]
     count = request_count(session)
     if chosen is None:
-        upcoming = next_context(session, leaf)
+        try:
+            upcoming = next_context(session, leaf)
+        except ceilings.ReadTooLarge as exc:
+            return ContextWindow(requests, count, None, complete, request_error=str(exc))
         shown, hidden = _shown(upcoming.messages, everything)
         return ContextWindow(
             requests,
@@ -215,7 +223,7 @@ def context_window(
         )
     try:
         view = request_view(session, chosen.seq)
-    except RequestNotFound as exc:
+    except (RequestNotFound, ceilings.ReadTooLarge) as exc:
         return ContextWindow(requests, count, chosen, complete, request_error=str(exc))
     shown, hidden = _shown(view.messages, everything)
     earlier = [r for r in requests if r.seq < chosen.seq]
@@ -224,7 +232,7 @@ def context_window(
     if previous is not None:
         try:
             diff = diff_requests(request_view(session, previous.seq), view)
-        except RequestNotFound as exc:
+        except (RequestNotFound, ceilings.ReadTooLarge) as exc:
             error = str(exc)
     return ContextWindow(
         requests,

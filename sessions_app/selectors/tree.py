@@ -21,17 +21,23 @@ window's top (`depth_offset` makes them absolute).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import connection
 
 from projections.records import EntryRecord
-from projections.tree import TreeRow, TreeView, project_tree
+from projections.tree import TreeRow, TreeView, project_tree, tree_entry
 from sessions_app import store
-from sessions_app.models import Session
+from sessions_app.models import Entry, Session
+from sessions_app.selectors.ceilings import ReadTooLarge
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
 TREE_FULL_LIMIT = 5000  # entries; a larger session's tree is drawn near the branch shown
+# The whole tree on request: at most this many entries (the page draws ~600 bytes a row, and
+# holds ~1.5 KB an entry while it lays them out, whatever their size: each is cut to what the
+# tree shows as it is read); a larger one is drawn a window at a time and says so.
+TREE_WHOLE_LIMIT = 20_000
+TREE_READ_CHUNK = 16  # entries read at a time for a window, each cut to what the tree shows
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,8 @@ class TreeWindow:
     older_below: str | None = None
     chain_next: str | None = None
     expandable: frozenset[str] = field(default_factory=frozenset)
+    # The whole tree was asked for and passes its ceiling: this is a window instead.
+    whole_refused: bool = False
 
 
 def tree_window(
@@ -65,10 +73,14 @@ def tree_window(
 ) -> TreeWindow:
     """The tree as the page draws it: `rows` rows around `focus` (default: the shown leaf)
     of the whole layout, or, for a large session, near the branch shown. `whole`: every
-    row (the page's "whole tree"; the only unbounded read of this module)."""
+    row, up to TREE_WHOLE_LIMIT entries: past it the window that `whole` would replace,
+    marked `whole_refused`."""
     rows = TREE_ROWS if rows is None else rows
     as_of = session.last_seq if as_of_seq is None else as_of_seq
-    if whole or leaf is None or _entry_count(session, as_of) <= TREE_FULL_LIMIT:
+    if whole and not _fits_whole(session, as_of, TREE_WHOLE_LIMIT):
+        window = tree_window(session, leaf, focus=focus, rows=rows, as_of_seq=as_of)
+        return replace(window, whole_refused=True)
+    if whole or _fits_whole(session, as_of, TREE_FULL_LIMIT):
         tree = _whole(session, as_of, leaf)
         if whole or len(tree.rows) <= rows:
             return _rows_window(tree, as_of, leaf, 0, len(tree.rows))
@@ -78,19 +90,64 @@ def tree_window(
         at = marks[0] if marks else len(tree.rows) - 1
         start = max(0, min(at - rows // 2, len(tree.rows) - rows))
         return _rows_window(tree, as_of, leaf, start, start + rows)
-    return tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=leaf, below=None, rows=rows)
+    # No leaf (the next entry starts a root): drawn up from the latest entry instead.
+    end = leaf if leaf is not None else _latest_entry(session, as_of)
+    return tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=end, below=None, rows=rows)
 
 
 def tree_rows(
     session: Session, *, as_of_seq: int, leaf: str | None, start: int, stop: int
 ) -> TreeWindow:
     """Rows `start` to `stop` of the whole layout (a further window of a whole tree)."""
+    if not _fits_whole(session, as_of_seq, TREE_FULL_LIMIT):
+        raise ReadTooLarge(
+            "the tree of this cursor is too large to lay out whole; "
+            "ask for the tree again without a cursor: it is drawn near the branch shown"
+        )
     return _rows_window(_whole(session, as_of_seq, leaf), as_of_seq, leaf, start, stop)
 
 
+def _fits_whole(session: Session, as_of: int, entries: int) -> bool:
+    """Whether the tree as of `as_of` has at most `entries` entries (counted up to that)."""
+    return _entry_count(session, as_of, upto=entries) <= entries
+
+
 def _whole(session: Session, as_of: int, leaf: str | None) -> TreeView:
-    entries = [e for e in store.entries_of(session.id) if e.seq <= as_of]
+    """The whole layout, from every entry as of `as_of`, each cut to what the tree reads as
+    it arrives (`tree_entry`): fetched TREE_READ_CHUNK rows at a time from a server-side
+    cursor, so the entries' size costs time, never memory."""
+    rows = (
+        Entry.objects.filter(session_id=session.id, seq__gte=0, seq__lte=as_of)
+        .order_by("seq")
+        .values_list("entry_id", "parent_id", "type", "timestamp", "data", "seq")
+        .iterator(chunk_size=TREE_READ_CHUNK)
+    )
+    entries = [
+        tree_entry(EntryRecord(i, p, t, ts, store.decode_json(d), s)) for i, p, t, ts, d, s in rows
+    ]
     return project_tree(entries, leaf)
+
+
+def _tree_records(session: Session, ids: list[str]) -> list[EntryRecord]:
+    """The entries `ids` in seq order, cut to what the tree reads (`tree_entry`), read
+    TREE_READ_CHUNK at a time: however large the entries, a window holds a few hundred
+    bytes for each."""
+    records: list[EntryRecord] = []
+    for start in range(0, len(ids), TREE_READ_CHUNK):
+        chunk = store.entries_by_id(session.id, ids[start : start + TREE_READ_CHUNK])
+        records += [tree_entry(e) for e in chunk]
+    records.sort(key=lambda e: e.seq)
+    return records
+
+
+def _path_ids(session: Session, end: str, min_depth: int) -> list[tuple[str, str | None]]:
+    """(id, parent id) of the path's entries from depth `min_depth` down to `end`."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"{store.PATH_CTE} SELECT entry_id, parent_id FROM path ORDER BY depth",
+            {"s": str(session.id), "leaf": end, "min_depth": min_depth},
+        )
+        return [(row[0], row[1]) for row in cur.fetchall()]
 
 
 def _rows_window(tree: TreeView, as_of: int, leaf: str | None, start: int, stop: int) -> TreeWindow:
@@ -108,15 +165,27 @@ def _rows_window(tree: TreeView, as_of: int, leaf: str | None, start: int, stop:
     )
 
 
-def _entry_count(session: Session, as_of: int) -> int:
-    if as_of < TREE_FULL_LIMIT:
+def _latest_entry(session: Session, as_of: int) -> str | None:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT entry_id FROM sessions_app_entry WHERE session_id = %s AND seq <= %s "
+            "ORDER BY seq DESC LIMIT 1",
+            [str(session.id), as_of],
+        )
+        row = cur.fetchone()
+    return str(row[0]) if row else None
+
+
+def _entry_count(session: Session, as_of: int, *, upto: int | None = None) -> int:
+    upto = TREE_FULL_LIMIT if upto is None else upto
+    if as_of < upto:
         return as_of + 1  # an upper bound: every entry comes with an event
     # Counted only up to the limit: enough to tell the two kinds apart.
     with connection.cursor() as cur:
         cur.execute(
             "SELECT count(*) FROM (SELECT 1 FROM sessions_app_entry "
             "WHERE session_id = %s AND seq <= %s LIMIT %s) e",
-            [str(session.id), as_of, TREE_FULL_LIMIT + 1],
+            [str(session.id), as_of, upto + 1],
         )
         row = cur.fetchone()
     return int(row[0]) if row else 0
@@ -142,20 +211,20 @@ def tree_path_window(
         return _partial(session, [], as_of_seq, leaf, None, 0, above=0)
     depth = store.depth_of(session.id, end) or 0
     start = max(0, depth + 1 - max(rows // 2, 1))
-    path = store.path_to_root(session.id, end, min_depth=start)
-    on_path = [entry.id for entry in path]
+    path = _path_ids(session, end, start)
+    on_path = [entry_id for entry_id, _ in path]
     exclude = [*on_path, *([below] if below else [])]
     branches = _children_of(session, on_path, exclude, as_of_seq, limit=max(rows // 2, 1))
     return _partial(
         session,
-        [*path, *store.entries_by_id(session.id, branches)],
+        [*_tree_records(session, on_path), *_tree_records(session, branches)],
         as_of_seq,
         leaf,
         end,
         start,
         above=start,
-        older_end=path[0].parent_id if start and path else None,
-        older_below=path[0].id if start and path else None,
+        older_end=path[0][1] if start and path else None,
+        older_below=path[0][0] if start and path else None,
         drawn_children=set(on_path),
     )
 
@@ -176,7 +245,7 @@ def tree_subtree_window(
     # The chain's last entry's own branches belong to the next window when it goes on.
     parents = [parent, *(chain[:-1] if more else chain)]
     branches = _children_of(session, parents, chain, as_of_seq, limit=count)
-    entries = store.entries_by_id(session.id, [*chain, *branches])
+    entries = _tree_records(session, [*chain, *branches])
     return _partial(
         session,
         entries,
