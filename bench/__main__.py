@@ -11,7 +11,7 @@ from bench.common import ROOT, Report, Row, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, audit, compare, langgraph, live, pages, pi, tools, trees
+    from bench import append, audit, compare, langgraph, live, pages, pi, search, tools, trees
 
     suites = {
         "append": append.run,
@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
         "trees": trees.run,
         "audit": audit.run,
         "compare": compare.run,
+        "search": search.run,
     }
     chosen = argv or list(suites)
     report = Report()
@@ -124,6 +125,10 @@ def _write(report: Report, took: float) -> None:
         "  first rows, `offset` in the middle, and the summary htmx redraws on a live update)",
         "  over HTTP from one daphne process, as the pages benchmark fetches: the first fetch",
         "  before ANALYZE, then the median of 5 fetches after one.",
+        "- **search**: `bench/search.py`. Bob owns 200,000 user and assistant messages in 20",
+        "  sessions (300–1,000 characters each), Alice one session of 6; the median of 5",
+        "  searches after one through `selectors.session_rows`, the home page's selector, for",
+        "  each of them. Alice's figure should not grow with Bob's data.",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 

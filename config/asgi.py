@@ -16,7 +16,6 @@ from typing import Any  # noqa: E402
 
 from channels.auth import AuthMiddleware, get_user  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from channels.sessions import CookieMiddleware, InstanceSessionWrapper  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
@@ -24,6 +23,7 @@ from config.body_limits import BodyLimits, refuse_early_in_daphne  # noqa: E402
 from config.startup import RunOnceAtStart, recover_open_turns  # noqa: E402
 from sessions_app import live_db  # noqa: E402
 from sessions_app.live_admission import Admission  # noqa: E402
+from sessions_app.live_origin import SameOriginSockets  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -79,7 +79,8 @@ router = ProtocolTypeRouter(
     {
         # Bodies past their route's limit are refused before Django reads them.
         "http": BodyLimits(HealthCheck(ASGIStaticFilesHandler(django_asgi))),
-        "websocket": AllowedHostsOriginValidator(
+        # The origin checked as Django's CSRF check does: scheme, host and port.
+        "websocket": SameOriginSockets(
             Admission(SocketAuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),
     }

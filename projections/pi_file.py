@@ -15,6 +15,7 @@ kept as a `custom` entry so that the tree and every context stay as Pi has them.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -159,6 +160,8 @@ def _json_values(lines: Iterable[str | bytes], report: _Reporter) -> Iterator[tu
     for line_no, text in _content_lines(lines):
         try:
             yield line_no, _loads(text)
+        except _NumberOutOfRange as error:
+            raise PiFileError(line_no, str(error)) from None
         except ValueError as error:
             report.flag(line_no, f"not valid JSON ({error}); skipped")
 
@@ -201,10 +204,25 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _NumberOutOfRange(ValueError):
+    pass
+
+
+def _finite_float(literal: str) -> float:
+    # JSON.parse reads 1e999 as Infinity; no column holds it and `int()` cannot take it, so
+    # such a line is refused (with its number) rather than skipped: what follows it may
+    # hang from it.
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _NumberOutOfRange(f"the number {literal[:40]} is out of range")
+    return value
+
+
 def _loads(text: str) -> Any:
-    """json.loads with JavaScript's JSON.parse limits (no NaN or Infinity)."""
+    """json.loads with JavaScript's JSON.parse limits (no NaN or Infinity), and numbers
+    that stay finite."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
@@ -366,7 +384,9 @@ class _V1Ids:
 
 def _array_index(number: float) -> int | None:
     """The array position a JavaScript number names, or None (negative, fractional)."""
-    if number != number or number < 0 or number != int(number):
+    if isinstance(number, int):  # exact however long (a float of it would overflow)
+        return number if number >= 0 else None
+    if not math.isfinite(number) or number < 0 or number != int(number):
         return None
     return int(number)
 

@@ -98,9 +98,16 @@ class UserFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
-        if not value.isdigit():
+        user_id = _id_of(value)
+        if user_id is None:
             raise IncorrectLookupParameters(f"not a user id: {value!r}")
-        return queryset.filter(owner_id=int(value))
+        return queryset.filter(owner_id=user_id)
+
+
+def _id_of(value: str) -> int | None:
+    """A row's id from a URL, or None. `str.isdigit` alone takes "²", which `int` refuses,
+    and a bigint holds 18 digits whatever they are."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
 
 
 class SessionFilter(admin.SimpleListFilter):
@@ -112,7 +119,7 @@ class SessionFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         owner = request.GET.get(UserFilter.parameter_name, "")
-        choices = audit.audit_sessions(owner_id=int(owner) if owner.isdigit() else None)
+        choices = audit.audit_sessions(owner_id=_id_of(owner))
         value = self.value()
         if value and value not in {sid for sid, _ in choices}:
             label = audit.audit_session_label(value)
@@ -484,7 +491,8 @@ class RequestAuditAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         """One request's exact context (a `request/sent`), or one header with its diff
         against the session's previous header and the requests sent under it."""
-        row = audit.audit_row(int(object_id)) if object_id.isdigit() else None
+        found = _id_of(object_id)
+        row = audit.audit_row(found) if found is not None else None
         if row is None or not self.has_view_permission(request, row):
             raise Http404("no such model request")
         try:

@@ -13,9 +13,11 @@ from urllib.parse import parse_qs, urlencode
 
 from django.urls import reverse
 
+from sessions_app.bad_input import BadInput, check_text
 from sessions_app.models import Session
 
 VIEWS = ("chat", "trace", "context")
+NUMBER_MAX = 2**62  # a seq or a turn (the API's `SEQ_MAX`): more is no page of ours
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +39,26 @@ class PageQuery:
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> PageQuery:
+        """The page a query names. A word that is not a number is left out, as an unknown
+        view is; a NUL (which no query could look up) and a number past any seq are
+        refused with BadInput, which the pages answer with 400."""
+
         def text(name: str, limit: int = 64) -> str | None:
             value = params.get(name)
             value = value[-1] if isinstance(value, list) else value
-            return str(value).strip()[:limit] or None if value else None
+            if not value:
+                return None
+            return check_text(str(value), f"the parameter {name!r}").strip()[:limit] or None
 
         def number(name: str) -> int | None:
             value = text(name, 20)
             try:
-                return int(value) if value is not None else None
+                found = int(value) if value is not None else None
             except ValueError:
                 return None
+            if found is not None and abs(found) > NUMBER_MAX:
+                raise BadInput(f"the parameter {name!r} is out of range")
+            return found
 
         view = text("view")
         return cls(

@@ -1,7 +1,9 @@
 """The text of a message entry as Postgres full-text search sees it.
 
-Kept as one expression so that an index built on it (`USING gin ((message_text_vector()))`)
-would be used by the search query as it stands.
+Kept as one expression so that an index can be built on it (`USING gin
+((message_text_vector()))`); the home page's search (`selectors.sessions`) matches it on the
+viewer's entries only, in a subquery of its own, so such an index would need the query to
+match on the table's rows again.
 """
 
 from __future__ import annotations

@@ -314,7 +314,12 @@ def _encode(prepared: _Prepared) -> None:
         raise InvalidEvent(f"{prepared.event.type}: data is not JSON: {exc}") from None
     if "\\u0000" in text:
         raise InvalidEvent(f"{prepared.event.type}: data contains a NUL character (\\u0000)")
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # Postgres could not be sent it
+        raise InvalidEvent(
+            f"{prepared.event.type}: data holds a lone surrogate (invalid Unicode)"
+        ) from None
     if size > settings.STRAND_MAX_EVENT_BYTES:
         raise TooLarge(
             f"{prepared.event.type}: event data is {size} bytes of JSON, "

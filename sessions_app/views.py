@@ -236,6 +236,7 @@ def _form_errors(form: Any) -> str:
 @require_POST
 def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id, write=True)
+    query = _return_query(request)  # before the write: a query it refuses changes nothing
     ratelimit.rate_hit(request.user, "rename")
     form = RenameForm(request.POST)
     if form.is_valid():
@@ -245,7 +246,7 @@ def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
             messages.error(request, str(exc))
     else:
         messages.error(request, _form_errors(form))
-    return _after_write(request, session, _return_query(request))
+    return _after_write(request, session, query)
 
 
 @login_required
@@ -497,9 +498,10 @@ def session_cancel(request: HttpRequest, session_id: Any) -> HttpResponse:
     from sessions_app.agent import agent_cancel
 
     session = _session_or_404(request, session_id, write=True)
+    query = _return_query(request)
     ratelimit.rate_hit(request.user, "cancel")
     _agent_call(request, lambda: agent_cancel(session.id))
-    return _after_write(request, session, _return_query(request))
+    return _after_write(request, session, query)
 
 
 @login_required
@@ -508,6 +510,7 @@ def session_approval(request: HttpRequest, session_id: Any, approval_id: str) ->
     from sessions_app.agent import agent_decide_approval
 
     session = _session_or_404(request, session_id, write=True)
+    query = _return_query(request)
     ratelimit.rate_hit(request.user, "approval")
     form = ApprovalForm(request.POST)
     if form.is_valid():
@@ -519,7 +522,7 @@ def session_approval(request: HttpRequest, session_id: Any, approval_id: str) ->
         )
     else:
         messages.error(request, _form_errors(form))
-    return _after_write(request, session, _return_query(request))
+    return _after_write(request, session, query)
 
 
 @login_required
@@ -528,13 +531,14 @@ def session_compact(request: HttpRequest, session_id: Any) -> HttpResponse:
     from sessions_app.agent import agent_compact
 
     session = _session_or_404(request, session_id, write=True)
+    query = _return_query(request)
     ratelimit.rate_hit(request.user, "compact")
     form = CompactForm(request.POST)
     instructions = (form.cleaned_data["instructions"] if form.is_valid() else "") or None
     if _agent_call(request, lambda: agent_compact(session.id, instructions=instructions)):
         messages.success(request, "Compacted: older messages are summarized in the context.")
     session = selectors.session_reloaded(session)
-    return _after_write(request, session, _return_query(request))
+    return _after_write(request, session, query)
 
 
 @login_required

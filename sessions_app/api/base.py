@@ -62,6 +62,7 @@ from runtime import AgentError
 from runtime.config import ConfigError
 from sessions_app import ratelimit, selectors, store
 from sessions_app.api.auth import BearerToken, CsrfRefused, SessionCookie
+from sessions_app.bad_input import finite_float
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
 
@@ -94,11 +95,12 @@ def _reject_constant(name: str) -> Any:
 
 
 class StrictParser(Parser):
-    """A JSON object as RFC 8259 has it (no NaN or Infinity), and text Postgres can store:
-    no NUL characters, no lone surrogates, in the body or the query string."""
+    """A JSON object as RFC 8259 has it (no NaN or Infinity, no number that overflows to
+    infinity), and text Postgres can store: no NUL characters, no lone surrogates, in the
+    body or the query string (`sessions_app.bad_input`)."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        data = json.loads(request.body, parse_constant=_reject_constant)
+        data = json.loads(request.body, parse_constant=_reject_constant, parse_float=finite_float)
         if not isinstance(data, dict):
             raise ValueError("the body must be a JSON object")
         text = json.dumps(data, ensure_ascii=False)

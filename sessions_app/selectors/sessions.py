@@ -29,24 +29,47 @@ class SessionRow:
 # Postgres full-text search over the sessions the viewer may see: the title, or the text of
 # any user or assistant message. Unindexed on purpose: a GIN index on the message text made
 # every append of a message about three times slower (to_tsvector at insert time), which
-# the append path cannot afford; searching 100,000 entries takes about a second.
+# the append path cannot afford.
+#
+# The message subquery reads only the entries of the sessions the viewer may see
+# (`access.visible_sessions`, inside it), and matches their text only after that: `OFFSET
+# 0` keeps the planner from moving the match below the viewer's filter. Filtered outside,
+# it ran to_tsvector over every entry of every session: one user's search cost what all
+# users had stored (6 s at 520,000 entries for someone with 6), and one entry to_tsvector
+# refuses (a text of more than 1 MB of words) failed everyone's search.
 _TEXT_QUERY = "websearch_to_tsquery('english', %s)"
-_SEARCH_SQL = f"""(
+
+
+def _search_sql(visible_sql: str) -> str:
+    return f"""(
     to_tsvector('english', sessions_app_session.title) @@ {_TEXT_QUERY}
     OR sessions_app_session.id IN (
-        SELECT e.session_id FROM sessions_app_entry e
-        WHERE e.type = 'message'
-          AND e.data->'message'->>'role' IN ('user', 'assistant')
-          AND {message_text_vector("e")} @@ {_TEXT_QUERY}
+        SELECT seen.session_id FROM (
+            SELECT e.session_id, e.data FROM sessions_app_entry e
+            WHERE e.session_id IN ({visible_sql})
+              AND e.type = 'message'
+              AND e.data->'message'->>'role' IN ('user', 'assistant')
+            OFFSET 0
+        ) seen
+        WHERE {message_text_vector("seen")} @@ {_TEXT_QUERY}
     )
 )"""
+
+
+def _matching(user: Any, query: str) -> RawSQL:
+    visible_sql, visible_params = access.visible_sessions(user).values("id").query.sql_with_params()
+    return RawSQL(
+        _search_sql(visible_sql),
+        [query, *visible_params, query],
+        output_field=BooleanField(),
+    )
 
 
 def session_rows(user: Any, *, query: str = "") -> list[SessionRow]:
     """The sessions `user` may see, latest activity first; matching `query` when given."""
     sessions = access.visible_sessions(user)
     if query:
-        sessions = sessions.filter(RawSQL(_SEARCH_SQL, [query, query], output_field=BooleanField()))
+        sessions = sessions.filter(_matching(user, query))
     page = list(sessions.select_related("owner").order_by("-updated_at")[:LIST_LIMIT])
     states = turn_states([s.id for s in page])
     return [
