@@ -16,11 +16,17 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
+from projections.pi_file import (
+    PiFileError,
+    PiWarning,
+    export_lines,
+    iter_numbered_pi_entries,
+    iter_pi_entries,
+)
 from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
 from sessions_app.errors import DomainError
-from sessions_app.events import UnknownEventType, event_type_for_entry
+from sessions_app.events import EventError, event_type_for_entry, validate_event
 from sessions_app.models import Session
 from sessions_app.store import NewEvent, StoreError
 
@@ -72,8 +78,8 @@ def pi_import(
     try:
         in_file = _ids_in_file(source)
         counted = _CountingLines(source)
-        items = iter_pi_entries(counted, strict=strict, on_warning=warn)
-        header = next(items)
+        items = iter_numbered_pi_entries(counted, strict=strict, on_warning=warn)
+        _, header = next(items)
         with transaction.atomic():
             session = services.session_create(
                 owner=owner,
@@ -114,7 +120,7 @@ def _ids_in_file(source: IO[bytes]) -> set[str] | None:
 
 def _write_entries(
     session: Session,
-    items: Iterator[dict[str, Any]],
+    items: Iterator[tuple[int, dict[str, Any]]],
     counted: _CountingLines,
     in_file: set[str] | None,
     progress: Progress | None,
@@ -122,8 +128,8 @@ def _write_entries(
     writer = _EntryWriter(session, counted, in_file, progress)
     title = ""
     last_id: str | None = None
-    for entry in items:
-        last_id = writer.add(entry)
+    for line_no, entry in items:
+        last_id = writer.add(entry, line_no)
         if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
             title = entry["name"].strip()  # the latest in file order wins, as in Pi
     writer.finish(last_id)
@@ -155,11 +161,13 @@ class _EntryWriter:
         self.written = 0
         self.seen: set[str] = set()  # every id read so far
         self.appended: set[str] = set()
-        self.waiting: dict[str, list[dict[str, Any]]] = {}  # missing parent → entries
+        # missing parent → (entry, its line)
+        self.waiting: dict[str, list[tuple[dict[str, Any], int]]] = {}
         self.batch: list[NewEvent] = []
 
-    def add(self, entry: dict[str, Any]) -> str:
-        line_no = self.counted.line_no
+    def add(self, entry: dict[str, Any], line_no: int) -> str:
+        """Append (or hold back) the entry read from line `line_no`; an entry that cannot
+        be taken fails here, naming that line, before anything is written for it."""
         entry_id = entry.get("id")
         if not isinstance(entry_id, str) or not entry_id:
             raise PiImportError(f"line {line_no}: entry has no id")
@@ -171,21 +179,26 @@ class _EntryWriter:
                 f"line {line_no}: entry {entry_id!r} has a parentId that is not a string"
             )
         self.seen.add(entry_id)
+        # Checked now, while its line is known, even if it waits for its parent.
+        event = _entry_event(entry, line_no)
         if parent is None or parent in self.appended:
-            self._append(entry, orphan=False)
+            self._append(event, entry_id, orphan=False)
         elif parent == entry_id or (self.in_file is not None and parent not in self.in_file):
-            self._append(entry, orphan=True)
+            self._append(event, entry_id, orphan=True)
         else:
-            self.waiting.setdefault(parent, []).append(entry)
+            self.waiting.setdefault(parent, []).append((event, entry_id))
         return entry_id
 
-    def _append(self, entry: dict[str, Any], *, orphan: bool) -> None:
-        pending = [(entry, orphan)]
+    def _append(self, event: NewEvent, entry_id: str, *, orphan: bool) -> None:
+        pending = [(event, entry_id, orphan)]
         while pending:
-            current, is_orphan = pending.pop(0)
-            self.batch.append(_entry_event(current, is_orphan, self.counted.line_no))
-            self.appended.add(current["id"])
-            pending.extend((child, False) for child in self.waiting.pop(current["id"], []))
+            current, current_id, is_orphan = pending.pop(0)
+            if is_orphan:
+                current = NewEvent(current.type, {**current.data, "orphan": True})
+            self.batch.append(current)
+            self.appended.add(current_id)
+            waiting = self.waiting.pop(current_id, [])
+            pending.extend((child, child_id, False) for child, child_id in waiting)
             if len(self.batch) >= settings.STRAND_MAX_BATCH:
                 self._flush()
 
@@ -194,8 +207,8 @@ class _EntryWriter:
         while self.waiting:
             parent = next(iter(self.waiting))
             entries = self.waiting.pop(parent)
-            for entry in entries:
-                self._append(entry, orphan=True)
+            for event, entry_id in entries:
+                self._append(event, entry_id, orphan=True)
         if self.batch:
             self._flush()
         if last_id is not None and self.session_leaf() != last_id:
@@ -217,15 +230,25 @@ class _EntryWriter:
             self.progress(self.counted.bytes_read, self.written)
 
 
-def _entry_event(entry: dict[str, Any], orphan: bool, line_no: int) -> NewEvent:
+def _entry_event(entry: dict[str, Any], line_no: int) -> NewEvent:
+    """The event that adds `entry`, validated: a PiImportError naming the entry's line and
+    what is wrong with it, in one line, when the entry cannot be taken."""
     try:
         event_type = event_type_for_entry(entry)
-    except UnknownEventType as exc:
-        raise PiImportError(f"line {line_no}: {exc}") from None
-    data: dict[str, Any] = {"entry": entry}
-    if orphan:
-        data["orphan"] = True
-    return NewEvent(event_type, data)
+        validate_event(event_type, {"entry": entry})
+    except EventError as exc:
+        raise PiImportError(f"line {line_no}: {_entry_problem(entry, exc)}") from None
+    return NewEvent(event_type, {"entry": entry})
+
+
+def _entry_problem(entry: dict[str, Any], error: EventError) -> str:
+    # validate_event says "<event type>: entry: Value error, <what>": keep the what, and
+    # name the entry as the file does.
+    reason = str(error)
+    for noise in ("entry: ", "Value error, "):
+        reason = reason.partition(noise)[2] or reason
+    kind = entry.get("type")
+    return f"{kind} entry {entry.get('id')!r}: {reason}" if kind else reason
 
 
 class _CountingLines:
