@@ -23,11 +23,12 @@ from projections.pi_file import (
     iter_numbered_pi_entries,
     iter_pi_entries,
 )
+from projections.pi_system import LeafMove, PromptChange, with_system_messages
 from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
 from sessions_app.errors import DomainError
 from sessions_app.events import EventError, event_type_for_entry, validate_event
-from sessions_app.models import Session
+from sessions_app.models import Event, Session
 from sessions_app.store import NewEvent, StoreError
 
 
@@ -281,9 +282,46 @@ def pi_export_lines(
 ) -> Iterable[str]:
     """A v3 Pi file of the session: the header, then its entries in the order they were
     appended. A session imported from Pi keeps its original header (id, cwd, timestamp).
-    `entries`: all of the session's entries, when the caller has read them already."""
+    `entries`: all of the session's entries, when the caller has read them already.
+
+    The system prompt and tools its own model requests were sent with go in as Pi 1.6
+    writes them: system messages where they changed, and checkpoints on compactions
+    (`projections.pi_system`). A session that never sent a request exports its entries
+    alone, so an imported file comes back entry for entry."""
     found = store.entries_of(session.id) if entries is None else entries
-    return export_lines(_header(session), (e.data for e in found))
+    changes, moves = _prompt_history(session)
+    data = (
+        with_system_messages(found, changes, moves, session.id)
+        if changes
+        else (e.data for e in found)
+    )
+    return export_lines(_header(session), data)
+
+
+def _prompt_history(session: Session) -> tuple[list[PromptChange], list[LeafMove]]:
+    """The session's `request/header` events (prompt and tools) and `leaf/moved` events,
+    in seq order; both are written once per change, so they are few beside the entries."""
+    rows = (
+        Event.objects.filter(session=session, type__in=("request/header", "leaf/moved"))
+        .order_by("seq")
+        .values_list("seq", "type", "time", "data")
+    )
+    changes: list[PromptChange] = []
+    moves: list[LeafMove] = []
+    for seq, kind, time, data in rows:
+        if kind == "leaf/moved":
+            moves.append(LeafMove(seq, data.get("to")))
+            continue
+        tools = data.get("tools") or []
+        changes.append(
+            PromptChange(
+                seq=seq,
+                timestamp=store.js_iso(time.astimezone(UTC)),
+                system_prompt=str(data.get("system_prompt") or ""),
+                tools=tuple(t for t in tools if isinstance(t, dict)),
+            )
+        )
+    return changes, moves
 
 
 def _header(session: Session) -> dict[str, Any]:

@@ -484,10 +484,15 @@ def test_entries_are_pi_v3_and_pi_reads_the_same_context(make_session, tmp_path)
     )
     pi = json.loads(out.stdout)
     assert pi["rewritten"] is False
-    assert pi["entries"] == len(store.entries_of(session.id))
+    # The export carries the requests' prompt and tools as Pi 1.6 system messages; Pi 0.73.1
+    # reads them as message entries of a role it passes along, and otherwise agrees.
+    exported = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    system = [e for e in exported if e["type"] == "message" and e["message"]["role"] == "system"]
+    assert system and pi["entries"] == len(store.entries_of(session.id)) + len(system)
     ours = build_session_context(store.entries_of(session.id), session.leaf_entry_id).to_pi()
-    assert pi["context"] == json.loads(json.dumps(ours))
-    roles = [m["role"] for m in pi["context"]["messages"]]
+    messages = [m for m in pi["context"]["messages"] if m["role"] != "system"]
+    assert {**pi["context"], "messages": messages} == json.loads(json.dumps(ours))
+    roles = [m["role"] for m in messages]
     assert "branchSummary" in roles and "compactionSummary" not in roles[1:]
 
 
