@@ -571,6 +571,10 @@ def _llm_message(message: Mapping[str, Any]) -> Message | None:
     role = message.get("role")
     if role in ("user", "assistant", "toolResult"):
         return message if isinstance(message, dict) else dict(message)
+    if role == "system":
+        # Pi 1.6 sends its system messages on; Strand sends the prompt and tools of its own
+        # request header instead (a payload has no other place for them), so they stop here.
+        return None
     if role == "bashExecution":
         if message.get("excludeFromContext"):
             return None  # the user ran it with `!!`: for their eyes only
