@@ -101,3 +101,39 @@ def test_pi16_opens_the_export_of_a_pi16_file_and_builds_strands_contexts(name, 
 def test_pi16_opens_the_export_of_a_0731_file_and_builds_strands_contexts(name, alice, tmp_path):
     session = import_file(PI / "cases" / f"{name}.jsonl", alice)
     check_pi16_reads_the_export(session, tmp_path)
+
+
+def usage_of(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """Where Pi 1.6 keeps usage that counts in a session's totals (docs/session-format.md)."""
+    if entry["type"] in ("usage", "compaction", "branch_summary"):
+        return entry.get("usage")
+    message = entry.get("message") or {}
+    if entry["type"] == "message" and message.get("role") in ("assistant", "toolResult"):
+        return message.get("usage")
+    return None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["usage_entries", "system_messages"])
+def test_usage_outside_the_conversation_counts_in_the_session_s_tokens(name, alice):
+    path = PI16 / "cases" / f"{name}.jsonl"
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    usages = [u for e in entries if (u := usage_of(e)) is not None]
+    outside = [e for e in entries if e["type"] != "message" and usage_of(e) is not None]
+    assert name != "usage_entries" or len(outside) >= 4  # usage entries and summaries
+    session = import_file(path, alice)
+    assert session.token_count == sum(u["totalTokens"] for u in usages)
+
+
+@pytest.mark.django_db
+def test_branch_totals_count_usage_entries_and_summaries(alice):
+    from projections.compare import branch_totals
+
+    path = PI16 / "cases" / "usage_entries.jsonl"
+    ids = json.loads((PI16 / "cases" / "usage_entries.meta.json").read_text())["notes"]
+    session = import_file(path, alice)
+    branch = store.path_to_root(session.id, ids["a4"])
+    expected = sum(u["totalTokens"] for e in branch if (u := usage_of(dict(e.data))) is not None)
+    totals = branch_totals(branch, [])
+    assert totals.tokens == expected
+    assert ids["warm2"] in {e.id for e in branch} and totals.cost > 0
