@@ -46,6 +46,15 @@ UNSET: Final = UnsetType.UNSET
 
 
 @dataclass(frozen=True, slots=True)
+class MessageSource:
+    """The entry a context message comes from, and the context edit that replaced its
+    content (or, among `SessionContext.omitted`, left it out), if one did."""
+
+    entry_id: str
+    edit_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionContext:
     """What Pi's `buildSessionContext` returns: the messages of a path and its settings.
 
@@ -57,6 +66,10 @@ class SessionContext:
     messages: tuple[Message, ...]
     thinking_level: str | None
     model: dict[str, Any] | None
+    # Where each message comes from (one per message, in order), and the entries a context
+    # edit left out: what the context view shows beside Pi's own object.
+    sources: tuple[MessageSource, ...] = ()
+    omitted: tuple[MessageSource, ...] = ()
 
     def to_pi(self) -> dict[str, Any]:
         """The context as Pi's object `{messages, thinkingLevel, model}`, ready for JSON."""
@@ -133,8 +146,7 @@ def build_session_context(
         return EMPTY_CONTEXT
     path = _path_from(by_id, leaf)
     thinking_level, model, compaction = _read_settings(path)
-    messages = _project(_selected(path, compaction))
-    return SessionContext(messages=tuple(messages), thinking_level=thinking_level, model=model)
+    return _context(_selected(path, compaction), thinking_level, model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,13 +181,32 @@ def build_context_from_window(
     )
     compaction = settings.compaction
     if compaction is None:
-        messages = _project(window)
-    else:
-        on_window = next((e for e in window if e.id == compaction.id), None)
-        if on_window is None:
-            raise ValueError("the window does not reach back to the path's latest compaction")
-        messages = _project(_selected(window, on_window))
-    return SessionContext(messages=tuple(messages), thinking_level=thinking_level, model=model)
+        return _context(window, thinking_level, model)
+    on_window = next((e for e in window if e.id == compaction.id), None)
+    if on_window is None:
+        raise ValueError("the window does not reach back to the path's latest compaction")
+    return _context(_selected(window, on_window), thinking_level, model)
+
+
+def _context(
+    selected: Sequence[EntryRecord], thinking_level: str | None, model: dict[str, Any] | None
+) -> SessionContext:
+    messages: list[Message] = []
+    sources: list[MessageSource] = []
+    omitted: list[MessageSource] = []
+    for entry, edit, produced in _project(selected):
+        source = MessageSource(entry.id, edit.id if edit is not None else None)
+        if edit is not None and not produced and entry_messages(entry):
+            omitted.append(source)
+        messages.extend(produced)
+        sources.extend(source for _ in produced)
+    return SessionContext(
+        messages=tuple(messages),
+        thinking_level=thinking_level,
+        model=model,
+        sources=tuple(sources),
+        omitted=tuple(omitted),
+    )
 
 
 def _read_settings(
@@ -237,9 +268,11 @@ def _is_system_message(entry: EntryRecord) -> bool:
     return isinstance(message, Mapping) and message.get("role") == "system"
 
 
-def _project(selected: Sequence[EntryRecord]) -> list[Message]:
-    """The messages of the selected entries, each target's latest context edit applied
-    (Pi's `buildSessionProjection`).
+def _project(
+    selected: Sequence[EntryRecord],
+) -> list[tuple[EntryRecord, EntryRecord | None, list[Message]]]:
+    """Each selected entry with the context edit that applies to it (the target's latest)
+    and the messages it gives with that edit applied (Pi's `buildSessionProjection`).
 
     Only edits among the selected entries count, so an edit made before a compaction's kept
     range no longer applies after it, and one on another branch never does. An older
@@ -252,12 +285,13 @@ def _project(selected: Sequence[EntryRecord]) -> list[Message]:
             target = entry.data.get("targetId")
             if isinstance(target, str):
                 edits[target] = entry
-    messages: list[Message] = []
+    projected: list[tuple[EntryRecord, EntryRecord | None, list[Message]]] = []
     for index, entry in enumerate(selected):
         if entry.type == "compaction" and index > 0:
             continue
-        messages.extend(_edited(entry_messages(entry), edits.get(entry.id)))
-    return messages
+        edit = edits.get(entry.id)
+        projected.append((entry, edit, _edited(entry_messages(entry), edit)))
+    return projected
 
 
 # The roles whose content a context edit replaces; for the two whose content must be a list

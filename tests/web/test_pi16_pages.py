@@ -68,3 +68,21 @@ def test_the_chat_shows_usage_entries_with_their_cost(alice: User) -> None:
         in html
     )
     assert "(future_kind_42, openai/gpt-5)" in html
+
+
+def messages_of(html: str) -> str:
+    """The context view's list of messages (the tree beside it shows the entries as written)."""
+    start = html.index('<ol class="ctx-messages"')
+    return html[start : html.index("</ol>", start)]
+
+
+def test_the_context_view_says_which_edit_replaced_or_omitted_what(alice: User) -> None:
+    url, ids = imported("context_edits", alice)
+    html = client_for(alice).get(url, {"view": "context", "leaf": ids["a3"]}).content.decode()
+    shown = messages_of(html)
+    assert "Secret: [redacted]. Read b.txt" in shown and "hunter2. Read" not in shown
+    assert f'content replaced by context edit <a href="#entry-{ids["e1"]}">' in html
+    assert f'(edit <a href="#entry-{ids["e4"]}">{ids["e4"]}</a>)' in html  # the reminder, omitted
+    before = client_for(alice).get(url, {"view": "context", "leaf": ids["a2"]}).content.decode()
+    assert "Secret: hunter2. Read b.txt" in messages_of(before)
+    assert "context edit" not in messages_of(before)
