@@ -162,8 +162,8 @@ class _EntryWriter:
         self.written = 0
         self.seen: set[str] = set()  # every id read so far
         self.appended: set[str] = set()
-        # missing parent → (entry, its line)
-        self.waiting: dict[str, list[tuple[dict[str, Any], int]]] = {}
+        # missing parent → (the event that adds the entry, the entry's id)
+        self.waiting: dict[str, list[tuple[NewEvent, str]]] = {}
         self.batch: list[NewEvent] = []
 
     def add(self, entry: dict[str, Any], line_no: int) -> str:
