@@ -27,7 +27,7 @@ from projections.pi_system import LeafMove, PromptChange, with_system_messages
 from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
 from sessions_app.errors import DomainError
-from sessions_app.events import EventError, event_type_for_entry, validate_event
+from sessions_app.events import EventError, event_type_for_entry
 from sessions_app.models import Event, Session
 from sessions_app.store import NewEvent, StoreError
 
@@ -235,14 +235,14 @@ def _entry_event(entry: dict[str, Any], line_no: int) -> NewEvent:
     """The event that adds `entry`, validated: a PiImportError naming the entry's line and
     what is wrong with it, in one line, when the entry cannot be taken."""
     try:
-        event_type = event_type_for_entry(entry)
-        validate_event(event_type, {"entry": entry})
-    except EventError as exc:
+        event = NewEvent(event_type_for_entry(entry), {"entry": entry})
+        store.check_event(event)
+    except (EventError, StoreError) as exc:
         raise PiImportError(f"line {line_no}: {_entry_problem(entry, exc)}") from None
-    return NewEvent(event_type, {"entry": entry})
+    return event
 
 
-def _entry_problem(entry: dict[str, Any], error: EventError) -> str:
+def _entry_problem(entry: dict[str, Any], error: Exception) -> str:
     # validate_event says "<event type>: entry: Value error, <what>": keep the what, and
     # name the entry as the file does.
     reason = str(error)

@@ -238,6 +238,13 @@ def _dumps(value: Any) -> str:
 # --- validation (before any SQL) ---------------------------------------------------------
 
 
+def check_event(event: NewEvent) -> None:
+    """Raise the StoreError that `append_events` would raise for this event on its own
+    (validation, encoding, size), writing nothing: a writer of many events can then say
+    which of its inputs is wrong."""
+    _encode(_validate(event))
+
+
 def _prepare(events: Sequence[NewEvent]) -> list[_Prepared]:
     """Validate, complete and encode a batch; raises before any SQL runs."""
     prepared = [_validate(e) for e in events]

@@ -389,3 +389,17 @@ def test_a_system_message_with_bad_sections_is_refused_on_its_line(alice):
         message
         == "line 2: message entry 's': a system message's sections must map names to text or null"
     )
+
+
+@pytest.mark.django_db
+def test_an_entry_the_store_cannot_hold_names_its_own_line(alice, settings):
+    settings.STRAND_MAX_EVENT_BYTES = 2000
+    big = _line("big", "a", type="message", message={"role": "user", "content": "x" * 3000})
+    nul = _line("nul", "a", type="message", message={"role": "user", "content": "a\u0000b"})
+    lines = [_user("a", None), big, *(_user(f"z{i}", "a") for i in range(5))]
+    message = _refused(alice, _file(*lines))
+    assert (
+        message.startswith("line 3: message entry 'big': ") and "over the limit of 2000" in message
+    )
+    message = _refused(alice, _file(_user("a", None), _user("b", "a"), nul, _user("c", "b")))
+    assert message.startswith("line 4: message entry 'nul': ") and "NUL character" in message
