@@ -162,13 +162,14 @@ class _EntryWriter:
         self.written = 0
         self.seen: set[str] = set()  # every id read so far
         self.appended: set[str] = set()
-        # missing parent → (the event that adds the entry, the entry's id)
-        self.waiting: dict[str, list[tuple[NewEvent, str]]] = {}
+        # missing parent → (the event that adds the entry, the entry's id, its line)
+        self.waiting: dict[str, list[tuple[NewEvent, str, int]]] = {}
         self.batch: list[NewEvent] = []
+        self.lines: list[int | None] = []  # the line each event of the batch comes from
 
     def add(self, entry: dict[str, Any], line_no: int) -> str:
-        """Append (or hold back) the entry read from line `line_no`; an entry that cannot
-        be taken fails here, naming that line, before anything is written for it."""
+        """Append (or hold back) the entry read from line `line_no`. An entry that cannot
+        be taken fails, here or when its batch is written, naming that line."""
         entry_id = entry.get("id")
         if not isinstance(entry_id, str) or not entry_id:
             raise PiImportError(f"line {line_no}: entry has no id")
@@ -180,26 +181,26 @@ class _EntryWriter:
                 f"line {line_no}: entry {entry_id!r} has a parentId that is not a string"
             )
         self.seen.add(entry_id)
-        # Checked now, while its line is known, even if it waits for its parent.
         event = _entry_event(entry, line_no)
         if parent is None or parent in self.appended:
-            self._append(event, entry_id, orphan=False)
+            self._append(event, entry_id, line_no, orphan=False)
         elif parent == entry_id or (self.in_file is not None and parent not in self.in_file):
-            self._append(event, entry_id, orphan=True)
+            self._append(event, entry_id, line_no, orphan=True)
         else:
-            self.waiting.setdefault(parent, []).append((event, entry_id))
+            self.waiting.setdefault(parent, []).append((event, entry_id, line_no))
         return entry_id
 
-    def _append(self, event: NewEvent, entry_id: str, *, orphan: bool) -> None:
-        pending = [(event, entry_id, orphan)]
+    def _append(self, event: NewEvent, entry_id: str, line_no: int, *, orphan: bool) -> None:
+        pending = [(event, entry_id, line_no, orphan)]
         while pending:
-            current, current_id, is_orphan = pending.pop(0)
+            current, current_id, current_line, is_orphan = pending.pop(0)
             if is_orphan:
                 current = NewEvent(current.type, {**current.data, "orphan": True})
             self.batch.append(current)
+            self.lines.append(current_line)
             self.appended.add(current_id)
             waiting = self.waiting.pop(current_id, [])
-            pending.extend((child, child_id, False) for child, child_id in waiting)
+            pending.extend((child, child_id, line, False) for child, child_id, line in waiting)
             if len(self.batch) >= settings.STRAND_MAX_BATCH:
                 self._flush()
 
@@ -208,12 +209,13 @@ class _EntryWriter:
         while self.waiting:
             parent = next(iter(self.waiting))
             entries = self.waiting.pop(parent)
-            for event, entry_id in entries:
-                self._append(event, entry_id, orphan=True)
+            for event, entry_id, line_no in entries:
+                self._append(event, entry_id, line_no, orphan=True)
         if self.batch:
             self._flush()
         if last_id is not None and self.session_leaf() != last_id:
             self.batch.append(NewEvent("leaf/moved", {"to": last_id, "reason": "import"}))
+            self.lines.append(None)
             self._flush()
 
     def session_leaf(self) -> str | None:
@@ -224,22 +226,33 @@ class _EntryWriter:
         try:
             self.seq = store.append_events(self.session.id, self.seq, self.batch).last_seq
         except StoreError as exc:
-            raise PiImportError(f"near line {self.counted.line_no}: {exc}") from None
+            raise self._culprit() or PiImportError(
+                f"near line {self.counted.line_no}: {exc}"
+            ) from None
         self.written += sum(1 for e in self.batch if e.type != "leaf/moved")
-        self.batch = []
+        self.batch, self.lines = [], []
         if self.progress is not None:
             self.progress(self.counted.bytes_read, self.written)
 
+    def _culprit(self) -> PiImportError | None:
+        """The refused batch's first event the store refuses on its own, as an error that
+        names the line of its entry and what is wrong with it. (The batch is checked as a
+        whole on the way in; only a refused one is looked at event by event.)"""
+        for event, line_no in zip(self.batch, self.lines, strict=True):
+            try:
+                store.check_event(event)
+            except StoreError as exc:
+                entry = event.data.get("entry")
+                problem = _entry_problem(entry if isinstance(entry, dict) else {}, exc)
+                return PiImportError(f"line {line_no}: {problem}")
+        return None
+
 
 def _entry_event(entry: dict[str, Any], line_no: int) -> NewEvent:
-    """The event that adds `entry`, validated: a PiImportError naming the entry's line and
-    what is wrong with it, in one line, when the entry cannot be taken."""
     try:
-        event = NewEvent(event_type_for_entry(entry), {"entry": entry})
-        store.check_event(event)
-    except (EventError, StoreError) as exc:
+        return NewEvent(event_type_for_entry(entry), {"entry": entry})
+    except EventError as exc:
         raise PiImportError(f"line {line_no}: {_entry_problem(entry, exc)}") from None
-    return event
 
 
 def _entry_problem(entry: dict[str, Any], error: Exception) -> str:
