@@ -102,3 +102,26 @@ def test_pi16_opens_a_strand_session_with_its_prompt_and_tools(
     # After the compaction the context starts with its checkpoint, then the summary.
     roles = [m["role"] for m in contexts[session.leaf_entry_id]["messages"]]
     assert roles[:2] == ["system", "compactionSummary"]
+
+
+def test_a_strand_session_s_export_imports_and_exports_back_the_same(make_session, tmp_path):
+    from sessions_app import pi_io
+
+    session = make_session(keep_recent_tokens=20)
+    agent.agent_send_message(session.id, "read notes.txt and search for TODO")
+    wait_done(session)
+    agent.agent_compact(session.id)
+    session.refresh_from_db()
+    path = tmp_path / "first.jsonl"
+    first = "".join(pi_export_lines(session))
+    path.write_text(first, encoding="utf-8")
+    with path.open("rb") as source:
+        again = pi_io.pi_import(source=source, owner=session.owner).session
+    second = "".join(pi_export_lines(again))
+    assert [json.loads(x) for x in second.splitlines()] == [
+        json.loads(x) for x in first.splitlines()
+    ]
+    # The imported copy builds, system messages and all, the context Pi 1.6 builds.
+    ours = json.loads(json.dumps(build_session_context(store.entries_of(again.id)).to_pi()))
+    theirs = next(r for r in pi16_opens(path)["contexts"] if "leafId" not in r)["context"]
+    assert ours == theirs and ours["messages"][0]["role"] == "system"
