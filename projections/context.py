@@ -334,7 +334,9 @@ def entry_messages(entry: EntryRecord) -> list[Message]:
     if entry.type == "compaction":
         checkpoint = entry.data.get("systemMessage")
         summary = _compaction_summary(entry)
-        return [checkpoint, summary] if isinstance(checkpoint, dict) else [summary]
+        if not isinstance(checkpoint, Mapping):
+            return [summary]
+        return [checkpoint if isinstance(checkpoint, dict) else dict(checkpoint), summary]
     message = entry_message(entry)
     return [] if message is None else [message]
 
