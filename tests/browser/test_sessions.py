@@ -339,3 +339,25 @@ def test_the_export_of_a_pi16_file_draws_system_messages_edits_and_usage(
     reader.locator("#tree .node-text", has_text="After compaction").click()
     expect(chat).to_contain_text("is left out of later contexts")
     offline.close()
+
+
+def test_the_export_of_a_pi16_file_draws_its_usage_entries(
+    signed_in: Page, browser: Browser, tmp_path: Path, db_access: None
+) -> None:
+    page = signed_in
+    cases = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "v1.6" / "cases"
+    page.set_input_files(".import input[type=file]", str(cases / "usage_entries.jsonl"))
+    page.click(".import button[type=submit]")
+    expect(page.locator(".session-head h1")).to_be_visible()
+    response = page.request.get(page.url.split("?")[0].rstrip("/") + "/export.html")
+    assert response.ok
+    exported = tmp_path / "usage.html"
+    exported.write_bytes(response.body())
+    offline = browser.new_context(offline=True)
+    reader = offline.new_page()
+    reader.goto(exported.as_uri())
+    # The file ends on the branch with the second cache warming.
+    expect(reader.locator("#chat .usage-entry")).to_have_text(
+        "Usage outside the conversation (cache_warm, anthropic/claude-sonnet-4-5): 20000 tokens, $0.0060"
+    )
+    offline.close()
