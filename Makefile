@@ -13,7 +13,7 @@ PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 
-.PHONY: run test setup migrate demo lint typecheck pytest browser-deps haproxy-deps bench cluster clean
+.PHONY: run test setup migrate demo lint typecheck pytest browser-deps pi16-deps haproxy-deps bench cluster clean
 
 setup: $(STAMP) migrate
 
@@ -57,6 +57,15 @@ browser-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/fixtures/pi/node_modules ]; then \
 		npm ci --prefix tests/fixtures/pi --no-audit --no-fund --silent; fi
 
+# Pi 1.6 (npm), for the tests that compare with it and have it open what Strand exports, and
+# the Node it needs (22.19 or newer): the npm registry's `node` package carries the binary, so
+# it does not matter which Node the machine has, only that npm is there.
+PI16 := tests/fixtures/pi/v1.6
+pi16-deps:
+	@if command -v npm >/dev/null 2>&1 && [ ! -x $(PI16)/node_modules/node/bin/node ]; then \
+		echo "Installing Pi 1.6 and Node 22 (npm) for the Pi 1.6 tests..."; \
+		npm ci --prefix $(PI16) --no-audit --no-fund --silent; fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -65,7 +74,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy .
 
-test: setup browser-deps haproxy-deps lint typecheck
+test: setup browser-deps pi16-deps haproxy-deps lint typecheck
 	$(BIN)/pytest -m "not browser" -q
 	$(BIN)/pytest -m browser -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 

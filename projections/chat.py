@@ -248,6 +248,49 @@ class ModelChangeItem:
 
 
 @dataclass(frozen=True, slots=True)
+class SystemMessageItem:
+    """A Pi 1.6 system message: the prompt's sections set or removed (by name), text
+    appended to the prompt, tools added and removed."""
+
+    kind: ClassVar[str] = "system"
+    entry_id: str
+    seq: int
+    timestamp: str
+    text: str
+    sections: tuple[tuple[str, str | None], ...]  # (name, text; None = removed)
+    tools_added: tuple[str, ...]
+    tools_removed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEditItem:
+    """A Pi 1.6 context edit: from here on, the model sees `target_id` replaced (with
+    `text`) or not at all (`omitted`); the message itself stays as it was."""
+
+    kind: ClassVar[str] = "context_edit"
+    entry_id: str
+    seq: int
+    timestamp: str
+    target_id: str
+    omitted: bool
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageItem:
+    """A Pi 1.6 usage entry: model work outside the conversation (cache warming, say)."""
+
+    kind: ClassVar[str] = "usage"
+    entry_id: str
+    seq: int
+    timestamp: str
+    usage_kind: str
+    provider: str
+    model: str
+    usage: Usage | None
+
+
+@dataclass(frozen=True, slots=True)
 class NoteItem:
     """How a turn ended when that is not visible on any message: a crash (interrupted),
     a cancel during tool execution, a provider error with no response. It follows the item
@@ -270,6 +313,9 @@ ChatItem = (
     | CompactionItem
     | BranchSummaryItem
     | ModelChangeItem
+    | SystemMessageItem
+    | ContextEditItem
+    | UsageItem
     | NoteItem
 )
 
@@ -597,6 +643,27 @@ def _entry_item(entry: EntryRecord, builder: _Builder) -> ChatItem | None:
         )
     if entry.type == "custom_message" and data.get("display"):
         return _custom_item(entry, data)
+    if entry.type == "context_edit":
+        replacement = data.get("replacement")
+        content = replacement.get("content") if isinstance(replacement, Mapping) else None
+        return ContextEditItem(
+            entry_id=entry.id,
+            seq=entry.seq,
+            timestamp=entry.timestamp,
+            target_id=str(data.get("targetId") or ""),
+            omitted=replacement is None,
+            text=content_text(content),
+        )
+    if entry.type == "usage":
+        return UsageItem(
+            entry_id=entry.id,
+            seq=entry.seq,
+            timestamp=entry.timestamp,
+            usage_kind=str(data.get("kind") or ""),
+            provider=str(data.get("provider") or ""),
+            model=str(data.get("model") or ""),
+            usage=Usage.from_message(data),
+        )
     # thinking_level_change, label, session_info, custom and hidden custom messages are
     # not part of the conversation the user reads.
     return None
@@ -627,7 +694,30 @@ def _message_item(entry: EntryRecord, builder: _Builder) -> ChatItem | None:
         return _bash_item(entry, message)
     if role in ("custom", "hookMessage") and message.get("display"):
         return _custom_item(entry, message)
+    if role == "system":
+        return _system_item(entry, message)
     return None
+
+
+def _system_item(entry: EntryRecord, message: Mapping[str, Any]) -> SystemMessageItem:
+    sections = message.get("sections")
+    named = sections.items() if isinstance(sections, Mapping) else ()
+
+    def names(key: str) -> tuple[str, ...]:
+        tools = message.get(key)
+        if not isinstance(tools, Sequence) or isinstance(tools, str):
+            return ()
+        return tuple(str(t.get("name")) for t in tools if isinstance(t, Mapping))
+
+    return SystemMessageItem(
+        entry_id=entry.id,
+        seq=entry.seq,
+        timestamp=entry.timestamp,
+        text=content_text(message.get("content")),
+        sections=tuple((str(k), v if isinstance(v, str) else None) for k, v in named),
+        tools_added=names("toolsAdded"),
+        tools_removed=names("toolsRemoved"),
+    )
 
 
 def _assistant_item(

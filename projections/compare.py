@@ -256,6 +256,10 @@ def branch_totals(branch: Sequence[EntryRecord], events: Sequence[EventRecord]) 
     usage = Usage()
     responses = tool_calls = tool_errors = 0
     for entry in branch:
+        if entry.type in ("usage", "compaction", "branch_summary"):
+            # Pi 1.6: usage outside the conversation, and the usage that made a summary.
+            usage = usage + (Usage.from_message(entry.data) or Usage())
+            continue
         message = entry_message(entry) if entry.type == "message" else None
         if message is None:
             continue
@@ -264,8 +268,10 @@ def branch_totals(branch: Sequence[EntryRecord], events: Sequence[EventRecord]) 
             responses += 1
             tool_calls += len(tool_calls_of(message))
             usage = usage + (Usage.from_message(message) or Usage())
-        elif role == "toolResult" and message.get("isError"):
-            tool_errors += 1
+        elif role == "toolResult":
+            # A tool result's usage (Pi 1.6) is model work the tool did itself.
+            usage = usage + (Usage.from_message(message) or Usage())
+            tool_errors += 1 if message.get("isError") else 0
     trace = project_trace(events)
     spans = [span for turn in trace.spans for span in _walk(turn)]
     wall = sum((turn.end - turn.start for turn in trace.spans if turn.end is not None), timedelta())

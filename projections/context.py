@@ -1,10 +1,16 @@
-"""The model context of a leaf, built from the entry tree exactly as Pi 0.73.1 builds it.
+"""The model context of a leaf, built from the entry tree exactly as Pi builds it.
+
+Pi 1.6 (`@earendil-works/pi-coding-agent`) builds, on every file Pi 0.73.1 wrote, the
+contexts 0.73.1 built; what it adds (system messages, compaction checkpoints, context edits)
+only changes files that hold it. So one implementation, Pi 1.6's, serves both.
 
 Two steps, as in Pi:
 
 1. `build_session_context` is Pi's `buildSessionContext`: walk from the leaf to the root,
-   read the settings (thinking level, model, latest compaction) from the path, then emit the
-   messages — the compaction summary and the kept window first when the path was compacted.
+   read the settings (thinking level, model, latest compaction) from the path, select the
+   entries (the compaction, its kept range without system messages, everything after it),
+   apply the latest context edit of each selected target (`buildSessionProjection`), then
+   emit the messages — a compaction gives its system checkpoint and its summary.
    Its output, through `SessionContext.to_pi()`, is the object Pi returns, key for key.
 2. `to_provider_messages` is Pi's `convertToLlm` plus pi-ai's `transformMessages`: synthetic
    roles become user messages, and every tool call is answered exactly once so that no
@@ -40,6 +46,15 @@ UNSET: Final = UnsetType.UNSET
 
 
 @dataclass(frozen=True, slots=True)
+class MessageSource:
+    """The entry a context message comes from, and the context edit that replaced its
+    content (or, among `SessionContext.omitted`, left it out), if one did."""
+
+    entry_id: str
+    edit_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionContext:
     """What Pi's `buildSessionContext` returns: the messages of a path and its settings.
 
@@ -51,6 +66,10 @@ class SessionContext:
     messages: tuple[Message, ...]
     thinking_level: str | None
     model: dict[str, Any] | None
+    # Where each message comes from (one per message, in order), and the entries a context
+    # edit left out: what the context view shows beside Pi's own object.
+    sources: tuple[MessageSource, ...] = ()
+    omitted: tuple[MessageSource, ...] = ()
 
     def to_pi(self) -> dict[str, Any]:
         """The context as Pi's object `{messages, thinkingLevel, model}`, ready for JSON."""
@@ -127,8 +146,7 @@ def build_session_context(
         return EMPTY_CONTEXT
     path = _path_from(by_id, leaf)
     thinking_level, model, compaction = _read_settings(path)
-    messages = _emit(path) if compaction is None else _emit_compacted(path, compaction)
-    return SessionContext(messages=tuple(messages), thinking_level=thinking_level, model=model)
+    return _context(_selected(path, compaction), thinking_level, model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +181,32 @@ def build_context_from_window(
     )
     compaction = settings.compaction
     if compaction is None:
-        messages = _emit(window)
-    else:
-        on_window = next((e for e in window if e.id == compaction.id), None)
-        if on_window is None:
-            raise ValueError("the window does not reach back to the path's latest compaction")
-        messages = _emit_compacted(window, on_window)
-    return SessionContext(messages=tuple(messages), thinking_level=thinking_level, model=model)
+        return _context(window, thinking_level, model)
+    on_window = next((e for e in window if e.id == compaction.id), None)
+    if on_window is None:
+        raise ValueError("the window does not reach back to the path's latest compaction")
+    return _context(_selected(window, on_window), thinking_level, model)
+
+
+def _context(
+    selected: Sequence[EntryRecord], thinking_level: str | None, model: dict[str, Any] | None
+) -> SessionContext:
+    messages: list[Message] = []
+    sources: list[MessageSource] = []
+    omitted: list[MessageSource] = []
+    for entry, edit, produced in _project(selected):
+        source = MessageSource(entry.id, edit.id if edit is not None else None)
+        if edit is not None and not produced and entry_messages(entry):
+            omitted.append(source)
+        messages.extend(produced)
+        sources.extend(source for _ in produced)
+    return SessionContext(
+        messages=tuple(messages),
+        thinking_level=thinking_level,
+        model=model,
+        sources=tuple(sources),
+        omitted=tuple(omitted),
+    )
 
 
 def _read_settings(
@@ -208,38 +245,123 @@ def _model(source: Mapping[str, Any], *, provider: str, model_id: str) -> dict[s
     return model
 
 
-def _emit(path: Iterable[EntryRecord]) -> list[Message]:
-    messages: list[Message] = []
-    for entry in path:
-        message = entry_message(entry)
-        if message is not None:
-            messages.append(message)
-    return messages
+def _selected(path: Sequence[EntryRecord], compaction: EntryRecord | None) -> list[EntryRecord]:
+    """The entries a context is made of (Pi's `buildContextEntries`).
 
-
-def _emit_compacted(path: Sequence[EntryRecord], compaction: EntryRecord) -> list[Message]:
-    """Summary first, then the kept window before the compaction, then everything after it.
-
-    The kept window starts at `firstKeptEntryId`; when that entry is not on this path (it may
-    be on another branch) nothing before the compaction is kept. Older compactions in the
-    window give no message.
+    Without a compaction, the whole path. With one: the compaction first, then its kept
+    range — from `firstKeptEntryId` up to the compaction, leaving out system messages, which
+    the compaction's checkpoint replaces — then everything after it. When the first kept
+    entry is not on this path (another branch, or the compaction itself for a retain-none
+    compaction) nothing before the compaction is kept.
     """
+    if compaction is None:
+        return list(path)
     at = next(i for i, entry in enumerate(path) if entry is compaction)
     first_kept = compaction.data.get("firstKeptEntryId")
     kept_from = next((i for i in range(at) if path[i].id == first_kept), at)
-    summary = _compaction_summary(compaction)
-    return [summary, *_emit(path[kept_from:at]), *_emit(path[at + 1 :])]
+    kept = [entry for entry in path[kept_from:at] if not _is_system_message(entry)]
+    return [compaction, *kept, *path[at + 1 :]]
+
+
+def _is_system_message(entry: EntryRecord) -> bool:
+    message = entry.data.get("message") if entry.type == "message" else None
+    return isinstance(message, Mapping) and message.get("role") == "system"
+
+
+def _project(
+    selected: Sequence[EntryRecord],
+) -> list[tuple[EntryRecord, EntryRecord | None, list[Message]]]:
+    """Each selected entry with the context edit that applies to it (the target's latest)
+    and the messages it gives with that edit applied (Pi's `buildSessionProjection`).
+
+    Only edits among the selected entries count, so an edit made before a compaction's kept
+    range no longer applies after it, and one on another branch never does. An older
+    compaction inside the kept range gives no message: only the first entry, the latest
+    compaction, contributes its checkpoint and summary.
+    """
+    edits: dict[object, EntryRecord] = {}
+    for entry in selected:
+        if entry.type == "context_edit":
+            target = entry.data.get("targetId")
+            if isinstance(target, str):
+                edits[target] = entry
+    projected: list[tuple[EntryRecord, EntryRecord | None, list[Message]]] = []
+    for index, entry in enumerate(selected):
+        if entry.type == "compaction" and index > 0:
+            continue
+        edit = edits.get(entry.id)
+        projected.append((entry, edit, _edited(entry_messages(entry), edit)))
+    return projected
+
+
+# The roles whose content a context edit replaces; for the two whose content must be a list
+# of blocks, a string replacement becomes one text block.
+_EDITABLE_ROLES: Final = ("user", "assistant", "toolResult", "custom")
+_BLOCK_ROLES: Final = ("assistant", "toolResult")
+
+
+def _edited(messages: list[Message], edit: EntryRecord | None) -> list[Message]:
+    """`messages` as the context edit `edit` leaves them: omitted (replacement null), or
+    with their content replaced (new message objects; the entry itself is never changed)."""
+    if edit is None:
+        return messages
+    replacement = edit.data.get("replacement")
+    if replacement is None:
+        return []
+    if not isinstance(replacement, Mapping):
+        # Pi would fail on such an edit; the import refuses it, so it never gets here.
+        return messages
+    out: list[Message] = []
+    for message in messages:
+        role = message.get("role")
+        if role not in _EDITABLE_ROLES:
+            out.append(message)
+            continue
+        edited = dict(message)
+        if "content" not in replacement:
+            edited.pop("content", None)  # Pi sets `undefined`, which JSON leaves out
+        elif role in _BLOCK_ROLES and isinstance(replacement["content"], str):
+            edited["content"] = [{"type": "text", "text": replacement["content"]}]
+        else:
+            edited["content"] = replacement["content"]
+        out.append(edited)
+    return out
+
+
+def entry_messages(entry: EntryRecord) -> list[Message]:
+    """Every message one selected entry adds to a context: `entry_message`'s, or for a
+    compaction its system checkpoint (when it has one) and then its summary."""
+    if entry.type == "compaction":
+        checkpoint = entry.data.get("systemMessage")
+        summary = _compaction_summary(entry)
+        if not isinstance(checkpoint, Mapping):
+            return [summary]
+        return [checkpoint if isinstance(checkpoint, dict) else dict(checkpoint), summary]
+    message = entry_message(entry)
+    return [] if message is None else [message]
+
+
+# Pi reads files without validating them; a message whose content is null or missing gets
+# an empty one of its role's kind.
+_EMPTY_CONTENT_ROLES: Final = ("user", "assistant", "toolResult")
 
 
 def entry_message(entry: EntryRecord) -> Message | None:
-    """The message one entry adds to a context (Pi's `appendMessage`), or None."""
+    """The message one entry adds to a context (Pi's `sessionEntryToContextMessages`), or
+    None. A compaction gives none here: see `entry_messages`."""
     data = entry.data
     if entry.type == "message":
         message = data.get("message")
         # Pi would crash on a message entry without a message object; we leave it out.
-        if isinstance(message, dict):
-            return message
-        return dict(message) if isinstance(message, Mapping) else None
+        if not isinstance(message, Mapping):
+            return None
+        if message.get("content") is None:
+            role = message.get("role")
+            if role == "system":
+                return {**message, "content": ""}
+            if role in _EMPTY_CONTENT_ROLES:
+                return {**message, "content": []}
+        return message if isinstance(message, dict) else dict(message)
     if entry.type == "custom_message":
         return _custom_message(entry)
     if entry.type == "branch_summary" and js_truthy(data.get("summary")):
@@ -249,7 +371,10 @@ def entry_message(entry: EntryRecord) -> Message | None:
 
 def _custom_message(entry: EntryRecord) -> Message:
     message: Message = {"role": "custom"}
-    _copy_present(entry.data, message, ("customType", "content", "display", "details"))
+    _copy_present(entry.data, message, ("customType",))
+    content = entry.data.get("content")
+    message["content"] = [] if content is None else content
+    _copy_present(entry.data, message, ("display", "details"))
     message["timestamp"] = entry_time_ms(entry)
     return message
 
@@ -482,6 +607,10 @@ def _llm_message(message: Mapping[str, Any]) -> Message | None:
     role = message.get("role")
     if role in ("user", "assistant", "toolResult"):
         return message if isinstance(message, dict) else dict(message)
+    if role == "system":
+        # Pi 1.6 sends its system messages on; Strand sends the prompt and tools of its own
+        # request header instead (a payload has no other place for them), so they stop here.
+        return None
     if role == "bashExecution":
         if message.get("excludeFromContext"):
             return None  # the user ran it with `!!`: for their eyes only

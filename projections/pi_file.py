@@ -123,6 +123,19 @@ def iter_pi_entries(
     An object without a type stays in Pi's tree, so it comes out as a `custom` entry (see
     `UNTYPED_CUSTOM_TYPE`) with the original object under `data`.
     """
+    for _, item in iter_numbered_pi_entries(lines, strict=strict, on_warning=on_warning):
+        yield item
+
+
+def iter_numbered_pi_entries(
+    lines: Iterable[str | bytes],
+    *,
+    strict: bool = False,
+    on_warning: WarningHandler | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """`iter_pi_entries`, each item with the number of the line it was read from, so that
+    what goes wrong with an entry later can name its line. (The reader holds a line back to
+    know which is the last, so the count of lines consumed runs ahead of the entries.)"""
     report = _Reporter(strict, on_warning)
     values = _json_values(lines, report)
     line_no, first = next(values, (None, None))
@@ -132,7 +145,7 @@ def iter_pi_entries(
     version = header_version(header, line_no)
     if version > CURRENT_VERSION:
         report.warn(line_no, f"version {version} is newer than {CURRENT_VERSION}; read as is")
-    yield _migrate_header(header, version)
+    yield line_no, _migrate_header(header, version)
     if version < 2:
         yield from _v1_entries(values, report)
     else:
@@ -291,14 +304,14 @@ def _migrate_header(header: dict[str, Any], version: float) -> dict[str, Any]:
 
 def _v2_entries(
     values: Iterator[tuple[int, Any]], report: _Reporter, *, rename_hook_messages: bool
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[tuple[int, dict[str, Any]]]:
     for line_no, value in values:
         entry = _entry_or_none(value, line_no, report, needs_id=True)
         if entry is None:
             continue
         if rename_hook_messages:
             _rename_hook_message(entry)
-        yield entry
+        yield line_no, entry
 
 
 def _rename_hook_message(entry: dict[str, Any]) -> None:
@@ -310,7 +323,9 @@ def _rename_hook_message(entry: dict[str, Any]) -> None:
         message["role"] = "custom"
 
 
-def _v1_entries(values: Iterator[tuple[int, Any]], report: _Reporter) -> Iterator[dict[str, Any]]:
+def _v1_entries(
+    values: Iterator[tuple[int, Any]], report: _Reporter
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """v1 → v2 → v3: give each entry an id and chain it to the one before."""
     ids = _V1Ids()
     for line_no, value in values:
@@ -322,7 +337,7 @@ def _v1_entries(values: Iterator[tuple[int, Any]], report: _Reporter) -> Iterato
         if entry["type"] == "compaction":
             ids.convert_first_kept(entry)
         _rename_hook_message(entry)
-        yield entry
+        yield line_no, entry
 
 
 class _V1Ids:

@@ -45,6 +45,9 @@ class ContextMessage:
     text: str  # the readable text: content, summary, or the command of a bash execution
     tokens: int  # Pi's estimate (chars / 4)
     key: str  # identifies the message's content, for diffs
+    # The entry it comes from, and the context edit (Pi 1.6) that replaced its content.
+    entry_id: str | None = None
+    edit_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from projections.chat import (
     ABORTED_CODES,
@@ -58,7 +58,8 @@ _RECOVERY_CODES = frozenset({OUTCOME_UNKNOWN, NOT_STARTED})
 class TraceSpan:
     """One bar of the timeline.
 
-    `kind`: turn, step, request, tool, approval, input, compaction. `status`: ok, running,
+    `kind`: turn, step, request, tool, approval, input, compaction, and for Pi 1.6's
+    entries context_edit, usage, system. `status`: ok, running,
     error, aborted, max_tokens, interrupted, waiting (for approval), pending (requested,
     not dispatched), not_started, rejected, cancelled. `key` is stable across reloads.
     """
@@ -319,8 +320,17 @@ def _apply_in_step(fold: _Fold, turn: _Turn, step: _Step | None, event: EventRec
         (step.claims if step is not None else turn.claims).append(event)
     elif event.type == "user/message":
         _attach_input(fold, turn, step, event)
-    elif event.type == "entry/compaction":
+    elif event.type in _MARK_EVENTS or _is_system_message(event):
         (step.marks if step is not None else turn.marks).append(event)
+
+
+# Entries that happen at a moment of a turn without taking time: compactions, and Pi 1.6's
+# context edits, usage outside the conversation and system messages.
+_MARK_EVENTS: Final = frozenset({"entry/compaction", "entry/context_edit", "entry/usage"})
+
+
+def _is_system_message(event: EventRecord) -> bool:
+    return event.type == "entry/message" and _message(event).get("role") == "system"
 
 
 def _message(event: EventRecord) -> Mapping[str, Any]:
@@ -772,10 +782,11 @@ def _input_span(item: _Input, turn: int, step: int | None) -> TraceSpan:
 def _mark_span(event: EventRecord, turn: int, step: int | None) -> TraceSpan:
     entry = event.data.get("entry")
     entry = entry if isinstance(entry, Mapping) else {}
+    kind, name, inputs, outputs, usage = _mark_fields(event, entry)
     return TraceSpan(
-        kind="compaction",
-        key=f"compaction-{event.seq}",
-        name="compaction",
+        kind=kind,
+        key=f"{kind}-{event.seq}",
+        name=name,
         status="ok",
         start=event.time,
         end=event.time,
@@ -783,13 +794,66 @@ def _mark_span(event: EventRecord, turn: int, step: int | None) -> TraceSpan:
         end_seq=event.seq,
         turn=turn,
         step=step,
-        inputs=(("tokens_before", entry.get("tokensBefore")),),
-        outputs=(
+        usage=usage,
+        inputs=inputs,
+        outputs=outputs,
+    )
+
+
+def _mark_fields(
+    event: EventRecord, entry: Mapping[str, Any]
+) -> tuple[str, str, Pairs, Pairs, Usage | None]:
+    if event.type == "entry/context_edit":
+        replacement = entry.get("replacement")
+        what = "omit" if replacement is None else "replace"
+        content = replacement.get("content") if isinstance(replacement, Mapping) else None
+        return (
+            "context_edit",
+            f"context edit ({what})",
+            (("target_id", entry.get("targetId")),),
+            (("entry_id", event.entry_id), ("replacement", content_text(content) or None)),
+            None,
+        )
+    if event.type == "entry/usage":
+        usage = Usage.from_message(entry)
+        return (
+            "usage",
+            f"usage: {entry.get('kind', '')}",
+            (("provider", entry.get("provider")), ("model", entry.get("model"))),
+            (("entry_id", event.entry_id),),
+            usage,
+        )
+    if event.type == "entry/message":
+        message = _message(event)
+        sections = message.get("sections")
+        return (
+            "system",
+            "system message",
+            (("sections", ", ".join(sections) if isinstance(sections, Mapping) else None),),
+            (
+                ("entry_id", event.entry_id),
+                ("tools_added", _tool_names(message.get("toolsAdded"))),
+                ("tools_removed", _tool_names(message.get("toolsRemoved"))),
+            ),
+            None,
+        )
+    return (
+        "compaction",
+        "compaction",
+        (("tokens_before", entry.get("tokensBefore")),),
+        (
             ("entry_id", event.entry_id),
             ("first_kept_entry_id", entry.get("firstKeptEntryId")),
             ("summary", entry.get("summary")),
         ),
+        None,
     )
+
+
+def _tool_names(tools: object) -> str | None:
+    if not isinstance(tools, list):
+        return None
+    return ", ".join(str(t.get("name")) for t in tools if isinstance(t, Mapping)) or None
 
 
 # --- rows --------------------------------------------------------------------------------

@@ -430,6 +430,11 @@ def display_text(entry: EntryRecord) -> str:
     if entry.type == "session_info":
         name = str(data.get("name") or "").strip()
         return _first_line(f"name: {name or '(cleared)'}")
+    if entry.type == "context_edit":
+        what = "omitted" if data.get("replacement") is None else "replaced"
+        return f"context edit: {data.get('targetId', '')} {what}"
+    if entry.type == "usage":
+        return f"usage: {data.get('kind', '')}"
     return entry.type
 
 
@@ -449,7 +454,25 @@ def _message_text(message: Mapping[str, Any]) -> str:
         return _first_line(f"$ {message.get('command', '')}")
     if role in ("custom", "hookMessage"):
         return _first_line(f"[{message.get('customType', '')}] {content_text(content)}")
+    if role == "system":
+        return _system_text(message)
     return str(role)
+
+
+def _system_text(message: Mapping[str, Any]) -> str:
+    """What a system message changes: its sections by name, its tools (+added −removed)."""
+    parts = []
+    sections = message.get("sections")
+    if isinstance(sections, Mapping):
+        parts += [
+            f"{name}{'' if text is not None else ' removed'}" for name, text in sections.items()
+        ]
+    for key, sign in (("toolsAdded", "+"), ("toolsRemoved", "−")):
+        tools = message.get(key)
+        if isinstance(tools, list):
+            parts += [f"{sign}{t.get('name', '')}" for t in tools if isinstance(t, Mapping)]
+    text = content_text(message.get("content"))
+    return _first_line(f"system: {', '.join(parts) or text or '(empty)'}")
 
 
 def _assistant_text(message: Mapping[str, Any]) -> str:

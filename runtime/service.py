@@ -599,7 +599,9 @@ class Runtime:
                     summary_entry = {
                         "type": "branch_summary",
                         "parentId": new_leaf,
-                        "fromId": new_leaf or "root",
+                        # The leaf the summarized path was left from, as Pi 1.6 records
+                        # it (0.73.1 wrote the destination here, which 1.6 calls a bug).
+                        "fromId": head.leaf_entry_id,
                         "summary": text,
                         "details": {"readFiles": read, "modifiedFiles": modified},
                     }

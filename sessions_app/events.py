@@ -122,11 +122,36 @@ class ToolResult(EntryEvent):
 
 
 class OtherMessage(EntryEvent):
-    """Message entries of Pi's other roles: bashExecution, custom (and v2's hookMessage)."""
+    """Message entries of Pi's other roles: bashExecution, custom (and v2's hookMessage),
+    and Pi 1.6's system messages (the prompt's sections and the tools, set or patched)."""
 
     type = "entry/message"
     entry_type = "message"
-    roles = ("bashExecution", "custom", "hookMessage")
+    roles = ("bashExecution", "custom", "hookMessage", "system")
+
+    @field_validator("entry")
+    @classmethod
+    def _system_shape(cls, entry: JSON) -> JSON:
+        message = entry["message"]
+        if message.get("role") != "system":
+            return entry
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise ValueError("a system message's content must be a string or a list of blocks")
+        sections = message.get("sections")
+        if sections is not None and (
+            not isinstance(sections, dict)
+            or not all(v is None or isinstance(v, str) for v in sections.values())
+        ):
+            raise ValueError("a system message's sections must map names to text or null")
+        for key in ("toolsAdded", "toolsRemoved"):
+            tools = message.get(key)
+            if tools is not None and not (
+                isinstance(tools, list)
+                and all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools)
+            ):
+                raise ValueError(f"a system message's {key} must be a list of tools with names")
+        return entry
 
 
 def _entry_event(name: str, pi_type: str) -> type[EntryEvent]:
@@ -135,12 +160,73 @@ def _entry_event(name: str, pi_type: str) -> type[EntryEvent]:
 
 ModelChange = _entry_event("ModelChange", "model_change")
 ThinkingLevelChange = _entry_event("ThinkingLevelChange", "thinking_level_change")
-Compaction = _entry_event("Compaction", "compaction")
+
+
+class Compaction(EntryEvent):
+    """A compaction. Since Pi 1.6 it may carry `systemMessage`, the prompt and tools replayed
+    up to it, which leads every context built after it."""
+
+    type = "entry/compaction"
+    entry_type = "compaction"
+
+    @field_validator("entry")
+    @classmethod
+    def _checkpoint_shape(cls, entry: JSON) -> JSON:
+        checkpoint = entry.get("systemMessage")
+        if checkpoint is not None and not (
+            isinstance(checkpoint, dict) and checkpoint.get("role") == "system"
+        ):
+            raise ValueError('a compaction\'s systemMessage must be a message of role "system"')
+        return entry
+
+
 BranchSummary = _entry_event("BranchSummary", "branch_summary")
 CustomEntry = _entry_event("CustomEntry", "custom")
 CustomMessage = _entry_event("CustomMessage", "custom_message")
 Label = _entry_event("Label", "label")
 SessionInfo = _entry_event("SessionInfo", "session_info")
+
+
+class UsageEntry(EntryEvent):
+    """Pi 1.6: model usage outside the context (cache warming, say). `kind` is any string:
+    kinds Pi does not define yet are usage all the same."""
+
+    type = "entry/usage"
+    entry_type = "usage"
+
+    @field_validator("entry")
+    @classmethod
+    def _usage_shape(cls, entry: JSON) -> JSON:
+        if not isinstance(entry.get("kind"), str):
+            raise ValueError("a usage entry needs a string kind")
+        if not isinstance(entry.get("usage"), dict):
+            raise ValueError("a usage entry needs a usage object")
+        return entry
+
+
+class ContextEdit(EntryEvent):
+    """Pi 1.6: an edit of an earlier message in later contexts only: `replacement` null
+    omits the target, `{content}` replaces its content. Pi itself would fail on any other
+    replacement, so it is refused here."""
+
+    type = "entry/context_edit"
+    entry_type = "context_edit"
+
+    @field_validator("entry")
+    @classmethod
+    def _edit_shape(cls, entry: JSON) -> JSON:
+        if not isinstance(entry.get("targetId"), str) or not entry["targetId"]:
+            raise ValueError("a context edit needs a targetId")
+        if "replacement" not in entry:
+            raise ValueError("a context edit needs a replacement (null to omit the target)")
+        replacement = entry["replacement"]
+        if replacement is not None and not (
+            isinstance(replacement, dict) and isinstance(replacement.get("content"), str | list)
+        ):
+            raise ValueError(
+                "a context edit's replacement must be null or {content: text or blocks}"
+            )
+        return entry
 
 
 # --- the leaf ----------------------------------------------------------------------------
@@ -294,6 +380,8 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         CustomMessage,
         Label,
         SessionInfo,
+        UsageEntry,
+        ContextEdit,
         LeafMoved,
         TurnStart,
         TurnEnd,

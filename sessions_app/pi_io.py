@@ -16,12 +16,19 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
+from projections.pi_file import (
+    PiFileError,
+    PiWarning,
+    export_lines,
+    iter_numbered_pi_entries,
+    iter_pi_entries,
+)
+from projections.pi_system import LeafMove, PromptChange, with_system_messages
 from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
 from sessions_app.errors import DomainError
-from sessions_app.events import UnknownEventType, event_type_for_entry
-from sessions_app.models import Session
+from sessions_app.events import EventError, event_type_for_entry
+from sessions_app.models import Event, Session
 from sessions_app.store import NewEvent, StoreError
 
 
@@ -72,8 +79,8 @@ def pi_import(
     try:
         in_file = _ids_in_file(source)
         counted = _CountingLines(source)
-        items = iter_pi_entries(counted, strict=strict, on_warning=warn)
-        header = next(items)
+        items = iter_numbered_pi_entries(counted, strict=strict, on_warning=warn)
+        _, header = next(items)
         with transaction.atomic():
             session = services.session_create(
                 owner=owner,
@@ -114,7 +121,7 @@ def _ids_in_file(source: IO[bytes]) -> set[str] | None:
 
 def _write_entries(
     session: Session,
-    items: Iterator[dict[str, Any]],
+    items: Iterator[tuple[int, dict[str, Any]]],
     counted: _CountingLines,
     in_file: set[str] | None,
     progress: Progress | None,
@@ -122,8 +129,8 @@ def _write_entries(
     writer = _EntryWriter(session, counted, in_file, progress)
     title = ""
     last_id: str | None = None
-    for entry in items:
-        last_id = writer.add(entry)
+    for line_no, entry in items:
+        last_id = writer.add(entry, line_no)
         if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
             title = entry["name"].strip()  # the latest in file order wins, as in Pi
     writer.finish(last_id)
@@ -155,11 +162,14 @@ class _EntryWriter:
         self.written = 0
         self.seen: set[str] = set()  # every id read so far
         self.appended: set[str] = set()
-        self.waiting: dict[str, list[dict[str, Any]]] = {}  # missing parent → entries
+        # missing parent → (the event that adds the entry, the entry's id, its line)
+        self.waiting: dict[str, list[tuple[NewEvent, str, int]]] = {}
         self.batch: list[NewEvent] = []
+        self.lines: list[int | None] = []  # the line each event of the batch comes from
 
-    def add(self, entry: dict[str, Any]) -> str:
-        line_no = self.counted.line_no
+    def add(self, entry: dict[str, Any], line_no: int) -> str:
+        """Append (or hold back) the entry read from line `line_no`. An entry that cannot
+        be taken fails, here or when its batch is written, naming that line."""
         entry_id = entry.get("id")
         if not isinstance(entry_id, str) or not entry_id:
             raise PiImportError(f"line {line_no}: entry has no id")
@@ -171,21 +181,26 @@ class _EntryWriter:
                 f"line {line_no}: entry {entry_id!r} has a parentId that is not a string"
             )
         self.seen.add(entry_id)
+        event = _entry_event(entry, line_no)
         if parent is None or parent in self.appended:
-            self._append(entry, orphan=False)
+            self._append(event, entry_id, line_no, orphan=False)
         elif parent == entry_id or (self.in_file is not None and parent not in self.in_file):
-            self._append(entry, orphan=True)
+            self._append(event, entry_id, line_no, orphan=True)
         else:
-            self.waiting.setdefault(parent, []).append(entry)
+            self.waiting.setdefault(parent, []).append((event, entry_id, line_no))
         return entry_id
 
-    def _append(self, entry: dict[str, Any], *, orphan: bool) -> None:
-        pending = [(entry, orphan)]
+    def _append(self, event: NewEvent, entry_id: str, line_no: int, *, orphan: bool) -> None:
+        pending = [(event, entry_id, line_no, orphan)]
         while pending:
-            current, is_orphan = pending.pop(0)
-            self.batch.append(_entry_event(current, is_orphan, self.counted.line_no))
-            self.appended.add(current["id"])
-            pending.extend((child, False) for child in self.waiting.pop(current["id"], []))
+            current, current_id, current_line, is_orphan = pending.pop(0)
+            if is_orphan:
+                current = NewEvent(current.type, {**current.data, "orphan": True})
+            self.batch.append(current)
+            self.lines.append(current_line)
+            self.appended.add(current_id)
+            waiting = self.waiting.pop(current_id, [])
+            pending.extend((child, child_id, line, False) for child, child_id, line in waiting)
             if len(self.batch) >= settings.STRAND_MAX_BATCH:
                 self._flush()
 
@@ -194,12 +209,13 @@ class _EntryWriter:
         while self.waiting:
             parent = next(iter(self.waiting))
             entries = self.waiting.pop(parent)
-            for entry in entries:
-                self._append(entry, orphan=True)
+            for event, entry_id, line_no in entries:
+                self._append(event, entry_id, line_no, orphan=True)
         if self.batch:
             self._flush()
         if last_id is not None and self.session_leaf() != last_id:
             self.batch.append(NewEvent("leaf/moved", {"to": last_id, "reason": "import"}))
+            self.lines.append(None)
             self._flush()
 
     def session_leaf(self) -> str | None:
@@ -210,22 +226,43 @@ class _EntryWriter:
         try:
             self.seq = store.append_events(self.session.id, self.seq, self.batch).last_seq
         except StoreError as exc:
-            raise PiImportError(f"near line {self.counted.line_no}: {exc}") from None
+            raise self._culprit() or PiImportError(
+                f"near line {self.counted.line_no}: {exc}"
+            ) from None
         self.written += sum(1 for e in self.batch if e.type != "leaf/moved")
-        self.batch = []
+        self.batch, self.lines = [], []
         if self.progress is not None:
             self.progress(self.counted.bytes_read, self.written)
 
+    def _culprit(self) -> PiImportError | None:
+        """The refused batch's first event the store refuses on its own, as an error that
+        names the line of its entry and what is wrong with it. (The batch is checked as a
+        whole on the way in; only a refused one is looked at event by event.)"""
+        for event, line_no in zip(self.batch, self.lines, strict=True):
+            try:
+                store.check_event(event)
+            except StoreError as exc:
+                entry = event.data.get("entry")
+                problem = _entry_problem(entry if isinstance(entry, dict) else {}, exc)
+                return PiImportError(f"line {line_no}: {problem}")
+        return None
 
-def _entry_event(entry: dict[str, Any], orphan: bool, line_no: int) -> NewEvent:
+
+def _entry_event(entry: dict[str, Any], line_no: int) -> NewEvent:
     try:
-        event_type = event_type_for_entry(entry)
-    except UnknownEventType as exc:
-        raise PiImportError(f"line {line_no}: {exc}") from None
-    data: dict[str, Any] = {"entry": entry}
-    if orphan:
-        data["orphan"] = True
-    return NewEvent(event_type, data)
+        return NewEvent(event_type_for_entry(entry), {"entry": entry})
+    except EventError as exc:
+        raise PiImportError(f"line {line_no}: {_entry_problem(entry, exc)}") from None
+
+
+def _entry_problem(entry: dict[str, Any], error: Exception) -> str:
+    # validate_event says "<event type>: entry: Value error, <what>": keep the what, and
+    # name the entry as the file does.
+    reason = str(error)
+    for noise in ("entry: ", "Value error, "):
+        reason = reason.partition(noise)[2] or reason
+    kind = entry.get("type")
+    return f"{kind} entry {entry.get('id')!r}: {reason}" if kind else reason
 
 
 class _CountingLines:
@@ -258,9 +295,46 @@ def pi_export_lines(
 ) -> Iterable[str]:
     """A v3 Pi file of the session: the header, then its entries in the order they were
     appended. A session imported from Pi keeps its original header (id, cwd, timestamp).
-    `entries`: all of the session's entries, when the caller has read them already."""
+    `entries`: all of the session's entries, when the caller has read them already.
+
+    The system prompt and tools its own model requests were sent with go in as Pi 1.6
+    writes them: system messages where they changed, and checkpoints on compactions
+    (`projections.pi_system`). A session that never sent a request exports its entries
+    alone, so an imported file comes back entry for entry."""
     found = store.entries_of(session.id) if entries is None else entries
-    return export_lines(_header(session), (e.data for e in found))
+    changes, moves = _prompt_history(session)
+    data = (
+        with_system_messages(found, changes, moves, session.id)
+        if changes
+        else (e.data for e in found)
+    )
+    return export_lines(_header(session), data)
+
+
+def _prompt_history(session: Session) -> tuple[list[PromptChange], list[LeafMove]]:
+    """The session's `request/header` events (prompt and tools) and `leaf/moved` events,
+    in seq order; both are written once per change, so they are few beside the entries."""
+    rows = (
+        Event.objects.filter(session=session, type__in=("request/header", "leaf/moved"))
+        .order_by("seq")
+        .values_list("seq", "type", "time", "data")
+    )
+    changes: list[PromptChange] = []
+    moves: list[LeafMove] = []
+    for seq, kind, time, data in rows:
+        if kind == "leaf/moved":
+            moves.append(LeafMove(seq, data.get("to")))
+            continue
+        tools = data.get("tools") or []
+        changes.append(
+            PromptChange(
+                seq=seq,
+                timestamp=store.js_iso(time.astimezone(UTC)),
+                system_prompt=str(data.get("system_prompt") or ""),
+                tools=tuple(t for t in tools if isinstance(t, dict)),
+            )
+        )
+    return changes, moves
 
 
 def _header(session: Session) -> dict[str, Any]:

@@ -238,6 +238,13 @@ def _dumps(value: Any) -> str:
 # --- validation (before any SQL) ---------------------------------------------------------
 
 
+def check_event(event: NewEvent) -> None:
+    """Raise the StoreError that `append_events` would raise for this event on its own
+    (validation, encoding, size), writing nothing: a writer of many events can then say
+    which of its inputs is wrong."""
+    _encode(_validate(event))
+
+
 def _prepare(events: Sequence[NewEvent]) -> list[_Prepared]:
     """Validate, complete and encode a batch; raises before any SQL runs."""
     prepared = [_validate(e) for e in events]
@@ -343,20 +350,34 @@ def _new_entry_id() -> str:
 
 def _count(entry: Mapping[str, Any], counters: _Counters) -> None:
     message = entry.get("message")
-    if entry.get("type") != "message" or not isinstance(message, dict):
+    kind = entry.get("type")
+    if kind in ("usage", "compaction", "branch_summary"):
+        # Pi 1.6: model work outside the conversation (a usage entry) or that made a
+        # summary counts in the session's totals too.
+        counters.tokens += usage_tokens(entry.get("usage"))
+        return
+    if kind != "message" or not isinstance(message, dict):
         return
     if message.get("role") in ("user", "assistant"):
         counters.messages += 1
-    usage = message.get("usage")
-    if message.get("role") == "assistant" and isinstance(usage, dict):
-        total = usage.get("totalTokens")
-        if not isinstance(total, int):
-            total = sum(
-                v
-                for k in ("input", "output", "cacheRead", "cacheWrite")
-                if isinstance(v := usage.get(k), int)
-            )
-        counters.tokens += total
+    # A tool result's usage (Pi 1.6) is the model work the tool did itself.
+    if message.get("role") in ("assistant", "toolResult"):
+        counters.tokens += usage_tokens(message.get("usage"))
+
+
+def usage_tokens(usage: object) -> int:
+    """The tokens of a Pi usage object: `totalTokens`, or (as Pi falls back in old files)
+    the sum of its parts; 0 for anything else."""
+    if not isinstance(usage, dict):
+        return 0
+    total = usage.get("totalTokens")
+    if isinstance(total, int):
+        return total
+    return sum(
+        v
+        for k in ("input", "output", "cacheRead", "cacheWrite")
+        if isinstance(v := usage.get(k), int)
+    )
 
 
 def js_iso(moment: datetime) -> str:

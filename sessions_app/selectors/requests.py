@@ -11,7 +11,12 @@ from typing import Any
 from django.db import connection
 
 from projections.chat import content_text
-from projections.context import EMPTY_CONTEXT, SessionContext, build_session_context
+from projections.context import (
+    EMPTY_CONTEXT,
+    MessageSource,
+    SessionContext,
+    build_session_context,
+)
 from projections.records import EventRecord
 from projections.request import (
     ContextMessage,
@@ -135,10 +140,13 @@ class NextContext:
     messages: tuple[ContextMessage, ...]
     token_total: int
     preset: Mapping[str, Any]
+    # Entries a context edit leaves out of this context (Pi 1.6), with that edit.
+    omitted: tuple[MessageSource, ...] = ()
 
 
 def next_context(session: Session, leaf: str | None) -> NextContext:
     context = session_context(session, leaf)
+    sources = context.sources or (None,) * len(context.messages)
     lines = tuple(
         ContextMessage(
             index=i,
@@ -147,10 +155,12 @@ def next_context(session: Session, leaf: str | None) -> NextContext:
             text=message_text(message),
             tokens=estimate_tokens(message),
             key=str(i),
+            entry_id=source.entry_id if source is not None else None,
+            edit_id=source.edit_id if source is not None else None,
         )
-        for i, message in enumerate(context.messages)
+        for i, (message, source) in enumerate(zip(context.messages, sources, strict=True))
     )
-    return NextContext(lines, sum(m.tokens for m in lines), session.preset or {})
+    return NextContext(lines, sum(m.tokens for m in lines), session.preset or {}, context.omitted)
 
 
 def message_text(message: Mapping[str, Any]) -> str:

@@ -297,12 +297,14 @@ def live_url(context: template.Context) -> str:
 
 # A tree row's chip: by marker, then by message role, then by entry type.
 _MARKER_CHIPS = {"compaction": "compacted", "branch_summary": "summary"}
-_ROLE_CHIPS = {"user": "user", "assistant": "agent", "toolResult": "tool"}
+_ROLE_CHIPS = {"user": "user", "assistant": "agent", "toolResult": "tool", "system": "system"}
 _TYPE_CHIPS = {
     "label": "label",
     "model_change": "model",
     "thinking_level_change": "think",
     "session_info": "name",
+    "context_edit": "edit",
+    "usage": "usage",
 }
 
 

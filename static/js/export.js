@@ -260,7 +260,41 @@
     if ((role === "custom" || role === "hookMessage") && message.display) {
       return custom(entry, message);
     }
+    if (role === "system") return systemCard(entry, message);
     return null;
+  }
+
+  function names(tools) {
+    return (Array.isArray(tools) ? tools : []).map(function (t) { return String((t && t.name) || ""); });
+  }
+
+  // A Pi 1.6 system message: the prompt sections it sets or removes, the tools it adds or removes.
+  function systemCard(entry, message) {
+    var card = el("details", "card system-message");
+    card.id = "entry-" + entry.id;
+    card.dataset.entry = entry.id;
+    var sections = message.sections && typeof message.sections === "object" ? message.sections : {};
+    var parts = Object.keys(sections).map(function (name) {
+      return sections[name] === null ? name + " removed" : name;
+    });
+    var added = names(message.toolsAdded), removed = names(message.toolsRemoved);
+    var title = " System prompt" + (parts.length ? ": " + parts.join(", ") : "");
+    if (added.length) title += " · tools added: " + added.join(", ");
+    if (removed.length) title += " · tools removed: " + removed.join(", ");
+    var summary = el("summary");
+    summary.appendChild(el("span", "card-icon", "⚙"));
+    summary.appendChild(document.createTextNode(title));
+    card.appendChild(summary);
+    var inner = el("div", "card-body");
+    var text = contentText(message.content);
+    if (text) inner.appendChild(el("pre", "system-text", clip(text)));
+    Object.keys(sections).forEach(function (name) {
+      if (sections[name] === null) return;
+      inner.appendChild(el("h4", "", name));
+      inner.appendChild(el("pre", "system-text", clip(sections[name])));
+    });
+    card.appendChild(inner);
+    return card;
   }
 
   function custom(entry, source) {
@@ -316,6 +350,25 @@
       return line;
     }
     if (entry.type === "custom_message" && entry.display) return custom(entry, entry);
+    if (entry.type === "context_edit") {
+      var edit = el("p", "divider context-edit");
+      edit.id = "entry-" + entry.id;
+      var replacement = entry.replacement;
+      edit.appendChild(document.createTextNode("Context edit: " + (entry.targetId || "") + " "));
+      edit.appendChild(document.createTextNode(replacement === null || replacement === undefined
+        ? "is left out of later contexts"
+        : "is replaced in later contexts by “" + contentText(replacement.content).slice(0, 120) + "”"));
+      return edit;
+    }
+    if (entry.type === "usage") {
+      var usage = entry.usage || {};
+      var cost = usage.cost && typeof usage.cost.total === "number" ? usage.cost.total : 0;
+      var used = el("p", "divider usage-entry", "Usage outside the conversation (" + (entry.kind || "") + ", " +
+        (entry.provider || "") + "/" + (entry.model || "") + "): " + (Number(usage.totalTokens) || 0) +
+        " tokens, $" + cost.toFixed(4));
+      used.id = "entry-" + entry.id;
+      return used;
+    }
     return null;
   }
 

@@ -310,3 +310,54 @@ def test_the_html_export_opens_offline_with_every_view(
     screenshot(reader, "13-html-export-offline")
     assert [u for u in fetched if not u.startswith(("file:", "data:", "blob:"))] == []
     offline.close()
+
+
+def test_the_export_of_a_pi16_file_draws_system_messages_edits_and_usage(
+    signed_in: Page, browser: Browser, tmp_path: Path, db_access: None
+) -> None:
+    page = signed_in
+    cases = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "v1.6" / "cases"
+    page.set_input_files(".import input[type=file]", str(cases / "context_edits.jsonl"))
+    page.click(".import button[type=submit]")
+    expect(page.locator(".session-head h1")).to_be_visible()
+    response = page.request.get(page.url.split("?")[0].rstrip("/") + "/export.html")
+    assert response.ok
+    exported = tmp_path / "pi16.html"
+    exported.write_bytes(response.body())
+    offline = browser.new_context(offline=True)
+    reader = offline.new_page()
+    reader.goto(exported.as_uri())
+    chat = reader.locator("#chat")
+    expect(chat.locator("details.system-message").first).to_contain_text("tools added: read")
+    expect(chat).to_contain_text("C answer, unedited.")  # the file's last line is its leaf
+    expect(chat).not_to_contain_text("Context edit")
+    # Branch B, picked in the tree, has its own edits of the first messages.
+    reader.locator("#tree .node-text", has_text="B answer.").click()
+    expect(chat).to_contain_text("is replaced in later contexts by “Branch B's version of u1”")
+    expect(chat).to_contain_text("Secret: hunter2. Read b.txt")  # the message as written
+    # The main branch: an omitted message, and edits after a compaction.
+    reader.locator("#tree .node-text", has_text="After compaction").click()
+    expect(chat).to_contain_text("is left out of later contexts")
+    offline.close()
+
+
+def test_the_export_of_a_pi16_file_draws_its_usage_entries(
+    signed_in: Page, browser: Browser, tmp_path: Path, db_access: None
+) -> None:
+    page = signed_in
+    cases = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "v1.6" / "cases"
+    page.set_input_files(".import input[type=file]", str(cases / "usage_entries.jsonl"))
+    page.click(".import button[type=submit]")
+    expect(page.locator(".session-head h1")).to_be_visible()
+    response = page.request.get(page.url.split("?")[0].rstrip("/") + "/export.html")
+    assert response.ok
+    exported = tmp_path / "usage.html"
+    exported.write_bytes(response.body())
+    offline = browser.new_context(offline=True)
+    reader = offline.new_page()
+    reader.goto(exported.as_uri())
+    # The file ends on the branch with the second cache warming.
+    expect(reader.locator("#chat .usage-entry")).to_have_text(
+        "Usage outside the conversation (cache_warm, anthropic/claude-sonnet-4-5): 20000 tokens, $0.0060"
+    )
+    offline.close()

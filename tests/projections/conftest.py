@@ -1,6 +1,8 @@
 """Pi's own output as test data.
 
-`tests/fixtures/pi/cases/` holds session files with what Pi 0.73.1 made of them:
+`tests/fixtures/pi/cases/` holds session files with what Pi 0.73.1 made of them, and
+`tests/fixtures/pi/v1.6/cases/` the same for Pi 1.6.0 (whose context records also carry
+`llm`, Pi's `convertToLlm` of the context's messages):
 
 - `<name>.jsonl` — the session file as Pi (or a test) wrote it;
 - `<name>.contexts.json` — a JSON array of `{"leafId": ..., "context": ...}`, the result of
@@ -10,7 +12,8 @@
 - `<name>.meta.json` — notes on the case, among them the physical numbers of the lines Pi
   skipped (`skippedLines`) and of the lines it kept without a type (`linesKeptWithoutType`).
 
-A test that asks for the `pi_case` fixture runs once per case found.
+A test that asks for the `pi_case` fixture runs once per case found, of both versions (the
+1.6 ones named `pi16-<name>`).
 """
 
 from __future__ import annotations
@@ -22,13 +25,20 @@ from typing import Any
 
 import pytest
 
-CASES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "cases"
+PI_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
+CASES_DIR = PI_FIXTURES / "cases"
+PI16_CASES_DIR = PI_FIXTURES / "v1.6" / "cases"
 
 
 @dataclass(frozen=True)
 class PiCase:
     name: str
     path: Path
+    pi_version: str = "0.73.1"
+
+    @property
+    def id(self) -> str:
+        return self.name if self.pi_version == "0.73.1" else f"pi16-{self.name}"
 
     @property
     def contexts_path(self) -> Path:
@@ -55,15 +65,18 @@ class PiCase:
 
 
 def find_pi_cases() -> list[PiCase]:
-    if not CASES_DIR.is_dir():
-        return []
-    sources = sorted(
-        path for path in CASES_DIR.glob("*.jsonl") if not path.name.endswith(".migrated.jsonl")
-    )
-    return [PiCase(name=path.name.removesuffix(".jsonl"), path=path) for path in sources]
+    cases: list[PiCase] = []
+    for directory, version in ((CASES_DIR, "0.73.1"), (PI16_CASES_DIR, "1.6.0")):
+        if not directory.is_dir():
+            continue
+        sources = sorted(
+            path for path in directory.glob("*.jsonl") if not path.name.endswith(".migrated.jsonl")
+        )
+        cases += [PiCase(path.name.removesuffix(".jsonl"), path, version) for path in sources]
+    return cases
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "pi_case" in metafunc.fixturenames:
         cases = find_pi_cases()
-        metafunc.parametrize("pi_case", cases, ids=[case.name for case in cases])
+        metafunc.parametrize("pi_case", cases, ids=[case.id for case in cases])

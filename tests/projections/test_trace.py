@@ -265,6 +265,39 @@ def test_compaction_inside_a_turn_is_an_instant_span() -> None:
     assert io(mark.inputs) == {"tokens_before": 9000}
 
 
+def test_pi16_entries_inside_a_turn_are_instant_spans_of_their_own_kind() -> None:
+    log = SessionLog()
+    log.turn_start()
+    log.step_start()
+    first = log.user("long")
+    system = {"role": "system", "content": "", "sections": {"rules": None}, "timestamp": 0}
+    log.add_entry(
+        "message",
+        {"message": {**system, "toolsAdded": [{"name": "grep"}]}},
+        event_type="entry/message",
+    )
+    log.add_entry("context_edit", {"targetId": first, "replacement": {"content": "short"}})
+    log.add_entry(
+        "usage",
+        {"kind": "cache_warm", "provider": "p", "model": "m", "usage": usage(0, 0, 0.015)},
+    )
+    log.step_end()
+    log.turn_end()
+
+    view = project_trace(log.events)
+
+    edit = only(view, "context_edit")
+    assert edit.name == "context edit (replace)" and edit.duration_ms == 0
+    assert io(edit.inputs) == {"target_id": first}
+    assert io(edit.outputs)["replacement"] == "short"
+    warm = only(view, "usage")
+    assert warm.name == "usage: cache_warm" and warm.usage is not None
+    assert warm.usage.cost == 0.015
+    sys_span = only(view, "system")
+    assert io(sys_span.inputs) == {"sections": "rules"}
+    assert io(sys_span.outputs)["tools_added"] == "grep"
+
+
 def two_turn_log() -> SessionLog:
     log = SessionLog()
     log.created()

@@ -31,6 +31,10 @@ SAMPLES = {
     },
     "entry/label": {"entry": {"type": "label", "targetId": "a", "label": "l"}},
     "entry/session_info": {"entry": {"type": "session_info", "name": "n"}},
+    "entry/usage": {
+        "entry": {"type": "usage", "kind": "a-kind-pi-never-defined", "usage": {"input": 1}}
+    },
+    "entry/context_edit": {"entry": {"type": "context_edit", "targetId": "a", "replacement": None}},
     "leaf/moved": {"from": None, "to": "a", "reason": "navigate"},
     "turn/start": {"turn": 0},
     "turn/end": {"turn": 0, "reason": "interrupted"},
@@ -79,6 +83,32 @@ def test_every_event_type_validates_its_sample(event_type):
             "id must be a string",
         ),
         ("user/message", [], "JSON object"),
+        (
+            "entry/message",
+            {"entry": {"type": "message", "message": {"role": "system", "sections": []}}},
+            "sections must map names",
+        ),
+        (
+            "entry/message",
+            {"entry": {"type": "message", "message": {"role": "system", "toolsAdded": [{}]}}},
+            "toolsAdded must be a list of tools with names",
+        ),
+        ("entry/usage", {"entry": {"type": "usage", "usage": {}}}, "string kind"),
+        (
+            "entry/context_edit",
+            {"entry": {"type": "context_edit", "targetId": "a"}},
+            "needs a replacement",
+        ),
+        (
+            "entry/context_edit",
+            {"entry": {"type": "context_edit", "targetId": "a", "replacement": {"content": 3}}},
+            "replacement must be null or",
+        ),
+        (
+            "entry/compaction",
+            {"entry": {"type": "compaction", "systemMessage": {"role": "user"}}},
+            "systemMessage must be a message",
+        ),
     ],
 )
 def test_invalid_data_is_a_clear_error(event_type, data, message):
@@ -126,6 +156,9 @@ def test_missing_upcaster_is_a_clear_error(monkeypatch):
         ({"type": "message", "message": {"role": "toolResult"}}, "tool/result"),
         ({"type": "message", "message": {"role": "bashExecution"}}, "entry/message"),
         ({"type": "compaction"}, "entry/compaction"),
+        ({"type": "message", "message": {"role": "system"}}, "entry/message"),
+        ({"type": "usage"}, "entry/usage"),
+        ({"type": "context_edit"}, "entry/context_edit"),
     ],
 )
 def test_event_type_for_each_pi_entry(entry, expected):

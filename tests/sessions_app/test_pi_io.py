@@ -20,9 +20,14 @@ from sessions_app.models import Entry, Event, Session
 from sessions_app.verify import verify_session
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ROOT / "tests" / "fixtures" / "pi" / "cases"
+PI = ROOT / "tests" / "fixtures" / "pi"
+CASES = PI / "cases"
+# Pi 0.73.1's cases ("cases/NAME") and Pi 1.6.0's ("v1.6/cases/NAME"), relative to PI.
 CASE_NAMES = sorted(
-    p.name.removesuffix(".jsonl") for p in CASES.glob("*.jsonl") if ".migrated" not in p.name
+    str(p.relative_to(PI)).removesuffix(".jsonl")
+    for directory in (CASES, PI / "v1.6" / "cases")
+    for p in directory.glob("*.jsonl")
+    if ".migrated" not in p.name
 )
 
 
@@ -34,7 +39,7 @@ def import_file(path: Path, owner, **kwargs) -> pi_io.ImportResult:
 def id_map(session: Session, name: str) -> dict[str, str]:
     """Pi's ids → ours. Equal except for v1 files, whose migration draws random ids; there
     the entries are matched by file order against Pi's own migration of the same file."""
-    migrated = CASES / f"{name}.migrated.jsonl"
+    migrated = PI / f"{name}.migrated.jsonl"
     ours = [e.id for e in store.entries_of(session.id)]
     if not migrated.exists():
         return {i: i for i in ours}
@@ -54,9 +59,9 @@ def translate(value: object, ids: dict[str, str]) -> object:
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_imported_session_gives_pi_s_own_context_for_every_recorded_leaf(name, alice):
-    session = import_file(CASES / f"{name}.jsonl", alice).session
+    session = import_file(PI / f"{name}.jsonl", alice).session
     ids = id_map(session, name)
-    records = json.loads((CASES / f"{name}.contexts.json").read_text())
+    records = json.loads((PI / f"{name}.contexts.json").read_text())
     assert records
     for record in records:
         if "leafId" not in record:
@@ -72,11 +77,11 @@ def test_imported_session_gives_pi_s_own_context_for_every_recorded_leaf(name, a
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_imported_session_has_pi_s_leaf_and_tree(name, alice):
-    session = import_file(CASES / f"{name}.jsonl", alice).session
+    session = import_file(PI / f"{name}.jsonl", alice).session
     ids = id_map(session, name)
-    leaf = json.loads((CASES / f"{name}.leaf.json").read_text())["leafId"]
+    leaf = json.loads((PI / f"{name}.leaf.json").read_text())["leafId"]
     assert session.leaf_entry_id == ids.get(leaf, leaf)
-    pi_tree = translate(json.loads((CASES / f"{name}.tree.json").read_text()), ids)
+    pi_tree = translate(json.loads((PI / f"{name}.tree.json").read_text()), ids)
     assert isinstance(pi_tree, list)
     # Pi lists a non-object JSON line as a nameless root; such lines carry no entry here.
     expected = [node for node in pi_tree if node["id"] is not None]
@@ -91,7 +96,7 @@ def test_imported_session_has_pi_s_leaf_and_tree(name, alice):
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_export_then_import_gives_the_same_entries(name, alice, tmp_path):
-    first = import_file(CASES / f"{name}.jsonl", alice).session
+    first = import_file(PI / f"{name}.jsonl", alice).session
     exported = tmp_path / "out.jsonl"
     exported.write_text("".join(pi_io.pi_export_lines(first)), encoding="utf-8")
     header = json.loads(exported.read_text().splitlines()[0])
@@ -312,3 +317,89 @@ def test_verify_reports_a_request_whose_header_is_not_a_header(alice):
     assert "cannot rebuild" in difference
     with pytest.raises(CommandError, match=f"session {session.id}: request/sent"):
         call_command("verify", str(session.id))
+
+
+# --- errors name the entry's own line ---------------------------------------------------
+
+
+def _line(entry_id: str, parent: str | None, **fields: object) -> bytes:
+    entry = {"id": entry_id, "parentId": parent, "timestamp": "2026-11-21T09:00:00.000Z"}
+    return json.dumps({**fields, **entry}).encode()
+
+
+def _file(*lines: bytes) -> bytes:
+    header = (
+        b'{"type":"session","version":3,"id":"s","timestamp":"2026-11-21T09:00:00.000Z","cwd":"/x"}'
+    )
+    return b"\n".join([header, *lines]) + b"\n"
+
+
+def _user(entry_id: str, parent: str | None) -> bytes:
+    return _line(entry_id, parent, type="message", message={"role": "user", "content": "hi"})
+
+
+def _refused(alice, content: bytes) -> str:
+    before = (Session.objects.count(), Event.objects.count(), Entry.objects.count())
+    with pytest.raises(pi_io.PiImportError) as caught:
+        pi_io.pi_import(source=io.BytesIO(content), owner=alice)
+    assert (Session.objects.count(), Event.objects.count(), Entry.objects.count()) == before
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.django_db
+def test_a_bad_message_names_its_own_line_not_the_last_one(alice):
+    # 30 lines, the bad one on line 4: the importer reads ahead, the message must not.
+    lines = [_user("a0", None), _user("a1", "a0")]
+    lines.append(_line("bad", "a1", type="message", message={"role": "oracle", "content": "?"}))
+    lines += [_user(f"b{i}", "bad" if i == 0 else f"b{i - 1}") for i in range(26)]
+    message = _refused(alice, _file(*lines))
+    assert message.startswith("line 4: message entry 'bad': message role must be one of")
+    assert "'oracle'" in message and "Value error" not in message
+
+
+@pytest.mark.django_db
+def test_a_bad_entry_after_blank_lines_names_its_physical_line(alice):
+    bad = _line("e", "a", type="context_edit", targetId="a", replacement={"text": "no content"})
+    message = _refused(alice, _file(_user("a", None), b"", b"   ", bad, _user("z", "e")))
+    assert message.startswith("line 5: context_edit entry 'e': a context edit's replacement")
+
+
+@pytest.mark.django_db
+def test_a_bad_entry_waiting_for_its_parent_names_its_own_line(alice):
+    # "c" names a parent that comes later, so it is written after it; its line is still 2.
+    bad = _line("c", "p", type="usage", kind="cache_warm")  # no usage object
+    message = _refused(alice, _file(bad, _user("x", None), _user("y", "x"), _user("p", "y")))
+    assert message.startswith("line 2: usage entry 'c': a usage entry needs a usage object")
+
+
+@pytest.mark.django_db
+def test_an_unknown_entry_type_names_its_own_line(alice):
+    lines = [_user("a", None), _line("m", "a", type="mystery"), _user("b", "m"), _user("c", "b")]
+    message = _refused(alice, _file(*lines))
+    assert message == "line 3: mystery entry 'm': no event adds Pi entries of type 'mystery'"
+
+
+@pytest.mark.django_db
+def test_a_system_message_with_bad_sections_is_refused_on_its_line(alice):
+    system = {"role": "system", "content": "", "sections": {"a": 1}, "timestamp": 0}
+    message = _refused(alice, _file(_line("s", None, type="message", message=system)))
+    assert (
+        message
+        == "line 2: message entry 's': a system message's sections must map names to text or null"
+    )
+
+
+@pytest.mark.django_db
+def test_an_entry_the_store_cannot_hold_names_its_own_line(alice, settings):
+    settings.STRAND_MAX_EVENT_BYTES = 2000
+    big = _line("big", "a", type="message", message={"role": "user", "content": "x" * 3000})
+    nul = _line("nul", "a", type="message", message={"role": "user", "content": "a\u0000b"})
+    lines = [_user("a", None), big, *(_user(f"z{i}", "a") for i in range(5))]
+    message = _refused(alice, _file(*lines))
+    assert (
+        message.startswith("line 3: message entry 'big': ") and "over the limit of 2000" in message
+    )
+    message = _refused(alice, _file(_user("a", None), _user("b", "a"), nul, _user("c", "b")))
+    assert message.startswith("line 4: message entry 'nul': ") and "NUL character" in message

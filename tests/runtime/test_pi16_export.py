@@ -1,0 +1,127 @@
+"""Strand's own sessions, exported, open in Pi 1.6.0 with the context Strand shows: the same
+messages, and the system prompt and tools of Strand's requests as Pi's system messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from projections.context import build_session_context
+from sessions_app import agent, store
+from sessions_app.models import Session
+from sessions_app.pi_io import pi_export_lines
+from tests.runtime.conftest import OFFLINE, wait_done
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PI16 = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "v1.6"
+NODE = PI16 / "node_modules" / "node" / "bin" / "node"
+
+
+def pi16_opens(path: Path) -> dict[str, Any]:
+    if not NODE.exists() or not (PI16 / "node_modules/@earendil-works/pi-coding-agent").exists():
+        pytest.skip(
+            "Pi 1.6.0 and its Node are not installed in tests/fixtures/pi/v1.6 (make pi16-deps)"
+        )
+    out = subprocess.run(
+        [str(NODE), str(PI16 / "check_export.mjs"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded: dict[str, Any] = json.loads(out.stdout)
+    return loaded
+
+
+def replayed(messages: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """The prompt and tool names Pi's system messages add up to (pi-ai's replay)."""
+    sections: dict[str, str] = {}
+    tools: dict[str, Any] = {}
+    for m in messages:
+        if m["role"] != "system":
+            continue
+        for name, text in (m.get("sections") or {}).items():
+            if text is None:
+                sections.pop(name, None)
+            else:
+                sections[name] = text
+        for tool in m.get("toolsRemoved") or []:
+            tools.pop(tool["name"], None)
+        for tool in m.get("toolsAdded") or []:
+            tools[tool["name"]] = tool
+    return "\n\n".join(sections.values()), list(tools)
+
+
+def headers(session: Session) -> list[dict[str, Any]]:
+    return [
+        dict(e.data)
+        for e in store.events_after(session.id, -1, 10_000)
+        if e.type == "request/header"
+    ]
+
+
+def test_pi16_opens_a_strand_session_with_its_prompt_and_tools(
+    make_session, serve_preset, tmp_path
+):
+    session = make_session(keep_recent_tokens=20)
+    agent.agent_send_message(session.id, "read notes.txt and search for TODO")
+    wait_done(session)
+    # The operator changes the preset: the next requests go out with another prompt and tools.
+    changed = {**OFFLINE, "keep_recent_tokens": 20, "system_prompt": "Be brief."}
+    serve_preset(session.preset["name"], **{**changed, "tools": ["read_file", "grep"]})
+    agent.agent_send_message(session.id, "read notes.txt again")
+    wait_done(session)
+    agent.agent_compact(session.id)
+    agent.agent_send_message(session.id, "hello")
+    wait_done(session)
+    session.refresh_from_db()
+    sent = headers(session)
+    assert len(sent) >= 2 and sent[0]["system_prompt"] != sent[-1]["system_prompt"]
+
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(pi_export_lines(session)), encoding="utf-8")
+    pi = pi16_opens(path)
+    entries = store.entries_of(session.id)
+    assert pi["rewritten"] is False
+    assert pi["leafId"] == session.leaf_entry_id
+    contexts = {r.get("leafId"): r["context"] for r in pi["contexts"]}
+    for entry in entries:
+        theirs = contexts[entry.id]
+        ours = json.loads(json.dumps(build_session_context(entries, entry.id).to_pi()))
+        # Pi's context is Strand's, plus the system messages that carry the prompt and tools.
+        without_system = [m for m in theirs["messages"] if m["role"] != "system"]
+        assert {**theirs, "messages": without_system} == ours, entry.id
+    prompt, tools = replayed(contexts[session.leaf_entry_id]["messages"])
+    assert prompt == sent[-1]["system_prompt"]
+    assert tools == [t["name"] for t in sent[-1]["tools"]]
+    # After the compaction the context starts with its checkpoint, then the summary.
+    roles = [m["role"] for m in contexts[session.leaf_entry_id]["messages"]]
+    assert roles[:2] == ["system", "compactionSummary"]
+
+
+def test_a_strand_session_s_export_imports_and_exports_back_the_same(make_session, tmp_path):
+    from sessions_app import pi_io
+
+    session = make_session(keep_recent_tokens=20)
+    agent.agent_send_message(session.id, "read notes.txt and search for TODO")
+    wait_done(session)
+    agent.agent_compact(session.id)
+    session.refresh_from_db()
+    path = tmp_path / "first.jsonl"
+    first = "".join(pi_export_lines(session))
+    path.write_text(first, encoding="utf-8")
+    with path.open("rb") as source:
+        again = pi_io.pi_import(source=source, owner=session.owner).session
+    second = "".join(pi_export_lines(again))
+    assert [json.loads(x) for x in second.splitlines()] == [
+        json.loads(x) for x in first.splitlines()
+    ]
+    # The imported copy builds, system messages and all, the context Pi 1.6 builds.
+    ours = json.loads(json.dumps(build_session_context(store.entries_of(again.id)).to_pi()))
+    theirs = next(r for r in pi16_opens(path)["contexts"] if "leafId" not in r)["context"]
+    assert ours == theirs and ours["messages"][0]["role"] == "system"

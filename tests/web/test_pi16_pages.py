@@ -1,0 +1,88 @@
+"""Sessions imported from Pi 1.6 files on the pages: every view of every leaf renders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
+
+from sessions_app import pi_io, store
+from tests.web.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+CASES = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "v1.6" / "cases"
+NAMES = sorted(p.name.removesuffix(".jsonl") for p in CASES.glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_view_of_every_leaf_renders(name: str, alice: User) -> None:
+    with (CASES / f"{name}.jsonl").open("rb") as source:
+        session = pi_io.pi_import(source=source, owner=alice, name=name).session
+    client = client_for(alice)
+    url = reverse("session", args=[session.id])
+    for entry in store.entries_of(session.id):
+        for view in ("chat", "trace", "context"):
+            response = client.get(url, {"view": view, "leaf": entry.id})
+            assert response.status_code == 200, (view, entry.id, response.content[:300])
+    roots = json.loads((CASES / f"{name}.meta.json").read_text())["roots"]
+    html = client.get(url, {"view": "chat"}).content.decode()
+    for root in roots:
+        assert root in html  # every root of the tree is on the page
+
+
+def imported(name: str, owner: User) -> tuple[str, dict[str, str]]:
+    with (CASES / f"{name}.jsonl").open("rb") as source:
+        session = pi_io.pi_import(source=source, owner=owner, name=name).session
+    notes = json.loads((CASES / f"{name}.meta.json").read_text())["notes"]
+    return reverse("session", args=[session.id]), notes
+
+
+def test_the_chat_shows_system_messages_as_what_they_change(alice: User) -> None:
+    url, ids = imported("system_messages", alice)
+    html = client_for(alice).get(url, {"view": "chat", "leaf": ids["a3"]}).content.decode()
+    assert f'id="entry-{ids["sys1"]}"' in html and f'id="entry-{ids["sys2"]}"' in html
+    assert "skills removed" in html
+    assert "tools added: edit" in html and "tools removed: write" in html
+    assert "You are an expert coding assistant." in html
+
+
+def test_the_chat_shows_context_edits_and_the_message_they_edit(alice: User) -> None:
+    url, ids = imported("context_edits", alice)
+    html = client_for(alice).get(url, {"view": "chat", "leaf": ids["a3"]}).content.decode()
+    # The original message is still shown; the edit says what the model sees instead.
+    assert "Secret: hunter2. Read b.txt" in html
+    assert f'href="#entry-{ids["u1"]}"' in html
+    assert "is replaced in later contexts by “Secret: [redacted]. Read b.txt”" in html
+    assert "is left out of later contexts" in html
+
+
+def test_the_chat_shows_usage_entries_with_their_cost(alice: User) -> None:
+    url, ids = imported("usage_entries", alice)
+    html = client_for(alice).get(url, {"view": "chat", "leaf": ids["a2"]}).content.decode()
+    assert (
+        "Usage outside the conversation (cache_warm, anthropic/claude-sonnet-4-5): 50000 tokens, $0.0150"
+        in html
+    )
+    assert "(future_kind_42, openai/gpt-5)" in html
+
+
+def messages_of(html: str) -> str:
+    """The context view's list of messages (the tree beside it shows the entries as written)."""
+    start = html.index('<ol class="ctx-messages"')
+    return html[start : html.index("</ol>", start)]
+
+
+def test_the_context_view_says_which_edit_replaced_or_omitted_what(alice: User) -> None:
+    url, ids = imported("context_edits", alice)
+    html = client_for(alice).get(url, {"view": "context", "leaf": ids["a3"]}).content.decode()
+    shown = messages_of(html)
+    assert "Secret: [redacted]. Read b.txt" in shown and "hunter2. Read" not in shown
+    assert f'content replaced by context edit <a href="#entry-{ids["e1"]}">' in html
+    assert f'(edit <a href="#entry-{ids["e4"]}">{ids["e4"]}</a>)' in html  # the reminder, omitted
+    before = client_for(alice).get(url, {"view": "context", "leaf": ids["a2"]}).content.decode()
+    assert "Secret: hunter2. Read b.txt" in messages_of(before)
+    assert "context edit" not in messages_of(before)
