@@ -62,6 +62,9 @@ def serve() -> Iterator[Callable[..., Server]]:
                 "STRAND_WORKSPACE_ROOTS": os.pathsep.join(settings.STRAND_WORKSPACE_ROOTS),
                 # Many messages in a test: the message rate limit is not under test here.
                 "STRAND_RATE_LIMITS": '{"message": [1000, 60]}',
+                # Every connection of this process names it (libpq reads PGAPPNAME), so a
+                # count of its connections is not disturbed by other processes.
+                "PGAPPNAME": f"strand-test-{port}",
                 **env,
             },
         )
@@ -158,11 +161,13 @@ def advisory_holders(keys: list[int]) -> dict[int, int]:
     return {unsigned[u]: pid for u, pid in held.items() if u in unsigned}
 
 
-def connections_to_the_database() -> int:
+def connections_of(server: Server) -> int:
+    """The database connections the server's process holds open."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend'"
+            "AND backend_type = 'client backend' AND application_name = %s",
+            [f"strand-test-{server.url.rsplit(':', 1)[1]}"],
         )
         row = cur.fetchone()
         assert row is not None
@@ -258,7 +263,7 @@ def test_waiting_turns_hold_no_connection_of_their_own(
     warm, *sessions = sessions_of(alice, 21)
     assert as_alice.send(warm).status_code == 202  # the process's lock connection opens
     as_alice.waiting(warm)
-    before = connections_to_the_database()
+    before = connections_of(server)
 
     for session in sessions:
         assert as_alice.send(session).status_code == 202
@@ -266,7 +271,7 @@ def test_waiting_turns_hold_no_connection_of_their_own(
         as_alice.waiting(session)
 
     # Twenty more waiting turns; a connection each would be twenty more connections.
-    assert connections_to_the_database() <= before + 2
+    assert 0 < before and connections_of(server) <= before + 2
     holders = advisory_holders([turn_lock_key(s.id) for s in [warm, *sessions]])
     assert len(holders) == 21 and len(set(holders.values())) == 1  # one connection holds all
 
