@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from projections.nesting import nested_past
 from projections.tokens import escape_lone_surrogates
 
 CURRENT_VERSION: Final = 3
@@ -110,6 +111,7 @@ def iter_pi_entries(
     *,
     strict: bool = False,
     on_warning: WarningHandler | None = None,
+    max_depth: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The header (migrated to version 3), then every entry as a version 3 entry, in order.
 
@@ -121,9 +123,26 @@ def iter_pi_entries(
 
     An object without a type stays in Pi's tree, so it comes out as a `custom` entry (see
     `UNTYPED_CUSTOM_TYPE`) with the original object under `data`.
+
+    With `max_depth`, a line whose JSON nests objects and arrays deeper than that (or too
+    deep for the parser) is an error, never a skip: the file is refused at that line.
     """
+    for _line_no, entry in iter_pi_numbered(
+        lines, strict=strict, on_warning=on_warning, max_depth=max_depth
+    ):
+        yield entry
+
+
+def iter_pi_numbered(
+    lines: Iterable[str | bytes],
+    *,
+    strict: bool = False,
+    on_warning: WarningHandler | None = None,
+    max_depth: int | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """`iter_pi_entries`, each item with the number of the line it came from."""
     report = _Reporter(strict, on_warning)
-    values = _json_values(lines, report)
+    values = _json_values(lines, report, max_depth)
     line_no, first = next(values, (None, None))
     if line_no is None:
         raise PiFileError(None, "missing session header (the file has no JSON lines)")
@@ -131,7 +150,7 @@ def iter_pi_entries(
     version = header_version(header, line_no)
     if version > CURRENT_VERSION:
         report.warn(line_no, f"version {version} is newer than {CURRENT_VERSION}; read as is")
-    yield _migrate_header(header, version)
+    yield line_no, _migrate_header(header, version)
     if version < 2:
         yield from _v1_entries(values, report)
     else:
@@ -154,13 +173,30 @@ class _Reporter:
             self._on_warning(PiWarning(line_no, message))
 
 
-def _json_values(lines: Iterable[str | bytes], report: _Reporter) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) for every line that holds JSON; other lines reported."""
+def _json_values(
+    lines: Iterable[str | bytes], report: _Reporter, max_depth: int | None = None
+) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) for every line that holds JSON; other lines reported.
+    With `max_depth`, a line nested deeper is an error (see `iter_pi_entries`)."""
     for line_no, text in _content_lines(lines):
         try:
-            yield line_no, _loads(text)
+            value = _loads(text)
+        except _TooDeep:
+            if max_depth is not None:
+                raise PiFileError(
+                    line_no, f"nests objects and arrays deeper than the limit of {max_depth}"
+                ) from None
+            report.flag(line_no, "not valid JSON (nested too deeply); skipped")
+            continue
         except ValueError as error:
             report.flag(line_no, f"not valid JSON ({error}); skipped")
+            continue
+        if max_depth is not None and (where := nested_past(value, max_depth)) is not None:
+            raise PiFileError(
+                line_no,
+                f"nests objects and arrays deeper than the limit of {max_depth}, at {where}",
+            )
+        yield line_no, value
 
 
 def _content_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, str]]:
@@ -201,12 +237,16 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _TooDeep(ValueError):
+    pass
+
+
 def _loads(text: str) -> Any:
     """json.loads with JavaScript's JSON.parse limits (no NaN or Infinity)."""
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise _TooDeep("nested too deeply") from None
 
 
 def _entry_or_none(
@@ -273,14 +313,14 @@ def _migrate_header(header: dict[str, Any], version: float) -> dict[str, Any]:
 
 def _v2_entries(
     values: Iterator[tuple[int, Any]], report: _Reporter, *, rename_hook_messages: bool
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[tuple[int, dict[str, Any]]]:
     for line_no, value in values:
         entry = _entry_or_none(value, line_no, report, needs_id=True)
         if entry is None:
             continue
         if rename_hook_messages:
             _rename_hook_message(entry)
-        yield entry
+        yield line_no, entry
 
 
 def _rename_hook_message(entry: dict[str, Any]) -> None:
@@ -292,7 +332,9 @@ def _rename_hook_message(entry: dict[str, Any]) -> None:
         message["role"] = "custom"
 
 
-def _v1_entries(values: Iterator[tuple[int, Any]], report: _Reporter) -> Iterator[dict[str, Any]]:
+def _v1_entries(
+    values: Iterator[tuple[int, Any]], report: _Reporter
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """v1 → v2 → v3: give each entry an id and chain it to the one before."""
     ids = _V1Ids()
     for line_no, value in values:
@@ -304,7 +346,7 @@ def _v1_entries(values: Iterator[tuple[int, Any]], report: _Reporter) -> Iterato
         if entry["type"] == "compaction":
             ids.convert_first_kept(entry)
         _rename_hook_message(entry)
-        yield entry
+        yield line_no, entry
 
 
 class _V1Ids:

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_entries
+from projections.pi_file import PiFileError, PiWarning, export_lines, iter_pi_numbered
 from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
 from sessions_app.errors import DomainError
@@ -72,8 +72,10 @@ def pi_import(
     try:
         in_file = _ids_in_file(source)
         counted = _CountingLines(source)
-        items = iter_pi_entries(counted, strict=strict, on_warning=warn)
-        header = next(items)
+        items = iter_pi_numbered(
+            counted, strict=strict, on_warning=warn, max_depth=settings.STRAND_MAX_JSON_DEPTH
+        )
+        _, header = next(items)
         with transaction.atomic():
             session = services.session_create(
                 owner=owner,
@@ -105,7 +107,7 @@ def _ids_in_file(source: IO[bytes]) -> set[str] | None:
     start = source.tell()
     ids = {
         entry["id"]
-        for entry in iter_pi_entries(source)
+        for _, entry in iter_pi_numbered(source)
         if entry.get("type") != "session" and isinstance(entry.get("id"), str)
     }
     source.seek(start)
@@ -114,7 +116,7 @@ def _ids_in_file(source: IO[bytes]) -> set[str] | None:
 
 def _write_entries(
     session: Session,
-    items: Iterator[dict[str, Any]],
+    items: Iterator[tuple[int, dict[str, Any]]],
     counted: _CountingLines,
     in_file: set[str] | None,
     progress: Progress | None,
@@ -122,11 +124,11 @@ def _write_entries(
     writer = _EntryWriter(session, counted, in_file, progress)
     title = ""
     last_id: str | None = None
-    for entry in items:
-        last_id = writer.add(entry)
+    for line_no, entry in items:
+        last_id = writer.add(entry, line_no)
         if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
             title = entry["name"].strip()  # the latest in file order wins, as in Pi
-    writer.finish(last_id)
+    writer.finish(last_id, counted.line_no)
     return writer.written, title
 
 
@@ -135,9 +137,10 @@ class _EntryWriter:
 
     Pi writes a parent before its children, but it reads any order: an entry whose parent
     comes later in the file waits here (with its own children) until the parent is written.
-    An entry whose parent the file lacks (or that names itself) is the root of its own path,
-    as Pi treats it. Entries still waiting at the end sit on a parent cycle: the first of
-    each becomes a root. The leaf ends on the last entry in file order.
+    An entry whose parent the file lacks is the root of its own path (an orphan), as Pi
+    treats it. A parent cycle (an entry that names itself, or a descendant, as its parent:
+    Pi itself loops forever on one) refuses the file at the line that closes it. The leaf
+    ends on the last entry in file order.
     """
 
     def __init__(
@@ -156,10 +159,13 @@ class _EntryWriter:
         self.seen: set[str] = set()  # every id read so far
         self.appended: set[str] = set()
         self.waiting: dict[str, list[dict[str, Any]]] = {}  # missing parent → entries
+        # For each entry that waits, the parent it waits for: the waiting entries form
+        # chains up to an id not read yet. `_top` finds an entry's (with the chains made
+        # shorter as it goes, so a file in any order costs near-linear time).
+        self.above: dict[str, str] = {}
         self.batch: list[NewEvent] = []
 
-    def add(self, entry: dict[str, Any]) -> str:
-        line_no = self.counted.line_no
+    def add(self, entry: dict[str, Any], line_no: int) -> str:
         entry_id = entry.get("id")
         if not isinstance(entry_id, str) or not entry_id:
             raise PiImportError(f"line {line_no}: entry has no id")
@@ -170,32 +176,54 @@ class _EntryWriter:
             raise PiImportError(
                 f"line {line_no}: entry {entry_id!r} has a parentId that is not a string"
             )
+        if parent == entry_id:
+            raise PiImportError(
+                f"line {line_no}: entry {entry_id!r} names itself as its parent (a parent "
+                "cycle: Pi loops forever on it)"
+            )
         self.seen.add(entry_id)
         if parent is None or parent in self.appended:
-            self._append(entry, orphan=False)
-        elif parent == entry_id or (self.in_file is not None and parent not in self.in_file):
-            self._append(entry, orphan=True)
+            self._append(entry, orphan=False, line_no=line_no)
+        elif self.in_file is not None and parent not in self.in_file:
+            self._append(entry, orphan=True, line_no=line_no)
+        elif self._top(parent) == entry_id:
+            raise PiImportError(
+                f"line {line_no}: entry {entry_id!r} closes a parent cycle: its parent "
+                f"{parent!r} descends from it (Pi loops forever on one)"
+            )
         else:
             self.waiting.setdefault(parent, []).append(entry)
+            self.above[entry_id] = parent
         return entry_id
 
-    def _append(self, entry: dict[str, Any], *, orphan: bool) -> None:
+    def _top(self, entry_id: str) -> str:
+        """The id at the top of the chain of waiting entries above `entry_id`: one not
+        read yet (the chains never loop: the entry that would close a loop is refused)."""
+        top = entry_id
+        while top in self.above:
+            top = self.above[top]
+        while entry_id in self.above and self.above[entry_id] != top:
+            self.above[entry_id], entry_id = top, self.above[entry_id]
+        return top
+
+    def _append(self, entry: dict[str, Any], *, orphan: bool, line_no: int) -> None:
         pending = [(entry, orphan)]
         while pending:
             current, is_orphan = pending.pop(0)
-            self.batch.append(_entry_event(current, is_orphan, self.counted.line_no))
+            self.batch.append(_entry_event(current, is_orphan, line_no))
             self.appended.add(current["id"])
+            self.above.pop(current["id"], None)
             pending.extend((child, False) for child in self.waiting.pop(current["id"], []))
             if len(self.batch) >= settings.STRAND_MAX_BATCH:
                 self._flush()
 
-    def finish(self, last_id: str | None) -> None:
-        # Whatever still waits names a parent the file does not have (or a cycle).
-        while self.waiting:
-            parent = next(iter(self.waiting))
-            entries = self.waiting.pop(parent)
-            for entry in entries:
-                self._append(entry, orphan=True)
+    def finish(self, last_id: str | None, line_no: int) -> None:
+        # Whatever still waits hangs below a parent the file does not have (known only now
+        # when the file could not be read twice): each entry that names one is an orphan,
+        # and its descendants follow it.
+        for parent in [p for p in self.waiting if p not in self.seen]:
+            for entry in self.waiting.pop(parent, []):
+                self._append(entry, orphan=True, line_no=line_no)
         if self.batch:
             self._flush()
         if last_id is not None and self.session_leaf() != last_id:

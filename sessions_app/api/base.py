@@ -182,6 +182,14 @@ def _error_body(exc: Exception) -> tuple[int, dict[str, Any]]:
         return 409, {"error": exc.code, "detail": str(exc), "current_seq": exc.current_seq}
     if isinstance(exc, ratelimit.RateLimited):
         return 429, {"error": exc.code, "detail": str(exc), "retry_after": exc.retry_after}
+    if isinstance(exc, store.QuotaExceeded):
+        return 413, {
+            "error": exc.code,
+            "detail": str(exc),
+            "quota": "STRAND_USER_QUOTA_BYTES",
+            "quota_bytes": exc.quota_bytes,
+            "used_bytes": exc.used_bytes,
+        }
     if isinstance(exc, (DomainError, AgentError)):
         status = _STATUS_BY_CODE.get(exc.code, 422)
         return status, {"error": exc.code, "detail": str(exc)}
