@@ -237,6 +237,8 @@ class _EntryWriter:
     def _flush(self) -> None:
         try:
             self.seq = store.append_events(self.session.id, self.seq, self.batch).last_seq
+        except store.QuotaExceeded:
+            raise  # not the file's fault: the owner's storage is full (413, not 422)
         except StoreError as exc:
             raise PiImportError(f"near line {self.counted.line_no}: {exc}") from None
         self.written += sum(1 for e in self.batch if e.type != "leaf/moved")
