@@ -178,7 +178,7 @@ def test_the_pages_say_the_quota_is_full(alice, settings):
     )
     assert page.status_code == 200 and b"storage quota exceeded" in page.content
     line = json.dumps({"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"})
-    entry = {"type": "message", "id": "a", "parentId": None, "timestamp": "t"}
+    entry: dict[str, Any] = {"type": "message", "id": "a", "parentId": None, "timestamp": "t"}
     entry["message"] = {"role": "user", "content": "v" * 3000}
     upload = io.BytesIO(f"{line}\n{json.dumps(entry)}\n".encode())
     upload.name = "big.jsonl"

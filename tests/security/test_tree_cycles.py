@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def message(entry_id: str, parent: str | None, **extra: Any) -> dict[str, Any]:
-    entry = {"type": "message", "id": entry_id, "parentId": parent}
+    entry: dict[str, Any] = {"type": "message", "id": entry_id, "parentId": parent}
     entry["message"] = {"role": "user", "content": f"I am {entry_id}"}
     return {"type": "user/message", "data": {"entry": entry, **extra}}
 
