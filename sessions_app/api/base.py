@@ -141,6 +141,9 @@ _STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "too_large": 413,
+    # The owner's sessions hold STRAND_USER_QUOTA_BYTES of JSON: the body is fine, the
+    # storage is full (the answer names the quota; `_error_body`).
+    "quota_exceeded": 413,
     "invalid": 422,
     "invalid_event": 422,
     "invalid_pi_file": 422,
