@@ -271,6 +271,12 @@ STRAND_MAX_BODY_BYTES = int(
     os.environ.get("STRAND_MAX_BODY_BYTES", str(max(4 * 1024 * 1024, 2 * STRAND_MAX_EVENT_BYTES)))
 )
 DATA_UPLOAD_MAX_MEMORY_SIZE = STRAND_MAX_BODY_BYTES
+# Deepest nesting of objects and arrays in an entry (or the data of an event that adds none),
+# refused past it at append and at Pi import: every renderer is tested at this depth.
+STRAND_MAX_JSON_DEPTH = int(os.environ.get("STRAND_MAX_JSON_DEPTH", "64"))
+# Bytes of JSON one user's sessions may hold (events and entries, counted as appended); an
+# append past it is refused whole (413 quota_exceeded). 0 turns the quota off.
+STRAND_USER_QUOTA_BYTES = int(os.environ.get("STRAND_USER_QUOTA_BYTES", str(10 * 1024**3)))
 # Most bytes of stored data (as JSON text) in one page of the raw-data API (events, entries,
 # the path window): a page stops before the item that would pass it, but holds at least one.
 STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1024)))

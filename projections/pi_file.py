@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from projections.nesting import nested_past
 from projections.tokens import escape_lone_surrogates
 
 CURRENT_VERSION: Final = 3
@@ -111,6 +112,7 @@ def iter_pi_entries(
     *,
     strict: bool = False,
     on_warning: WarningHandler | None = None,
+    max_depth: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The header (migrated to version 3), then every entry as a version 3 entry, in order.
 
@@ -122,22 +124,26 @@ def iter_pi_entries(
 
     An object without a type stays in Pi's tree, so it comes out as a `custom` entry (see
     `UNTYPED_CUSTOM_TYPE`) with the original object under `data`.
+
+    With `max_depth`, a line whose JSON nests objects and arrays deeper than that (or too
+    deep for the parser) is an error, never a skip: the file is refused at that line.
     """
-    for _, item in iter_numbered_pi_entries(lines, strict=strict, on_warning=on_warning):
-        yield item
+    for _line_no, entry in iter_pi_numbered(
+        lines, strict=strict, on_warning=on_warning, max_depth=max_depth
+    ):
+        yield entry
 
 
-def iter_numbered_pi_entries(
+def iter_pi_numbered(
     lines: Iterable[str | bytes],
     *,
     strict: bool = False,
     on_warning: WarningHandler | None = None,
+    max_depth: int | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """`iter_pi_entries`, each item with the number of the line it was read from, so that
-    what goes wrong with an entry later can name its line. (The reader holds a line back to
-    know which is the last, so the count of lines consumed runs ahead of the entries.)"""
+    """`iter_pi_entries`, each item with the number of the line it came from."""
     report = _Reporter(strict, on_warning)
-    values = _json_values(lines, report)
+    values = _json_values(lines, report, max_depth)
     line_no, first = next(values, (None, None))
     if line_no is None:
         raise PiFileError(None, "missing session header (the file has no JSON lines)")
@@ -168,15 +174,32 @@ class _Reporter:
             self._on_warning(PiWarning(line_no, message))
 
 
-def _json_values(lines: Iterable[str | bytes], report: _Reporter) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) for every line that holds JSON; other lines reported."""
+def _json_values(
+    lines: Iterable[str | bytes], report: _Reporter, max_depth: int | None = None
+) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) for every line that holds JSON; other lines reported.
+    With `max_depth`, a line nested deeper is an error (see `iter_pi_entries`)."""
     for line_no, text in _content_lines(lines):
         try:
-            yield line_no, _loads(text)
+            value = _loads(text)
         except _NumberOutOfRange as error:
             raise PiFileError(line_no, str(error)) from None
+        except _TooDeep:
+            if max_depth is not None:
+                raise PiFileError(
+                    line_no, f"nests objects and arrays deeper than the limit of {max_depth}"
+                ) from None
+            report.flag(line_no, "not valid JSON (nested too deeply); skipped")
+            continue
         except ValueError as error:
             report.flag(line_no, f"not valid JSON ({error}); skipped")
+            continue
+        if max_depth is not None and (where := nested_past(value, max_depth)) is not None:
+            raise PiFileError(
+                line_no,
+                f"nests objects and arrays deeper than the limit of {max_depth}, at {where}",
+            )
+        yield line_no, value
 
 
 def _content_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, str]]:
@@ -231,13 +254,17 @@ def _finite_float(literal: str) -> float:
     return value
 
 
+class _TooDeep(ValueError):
+    pass
+
+
 def _loads(text: str) -> Any:
     """json.loads with JavaScript's JSON.parse limits (no NaN or Infinity), and numbers
     that stay finite."""
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise _TooDeep("nested too deeply") from None
 
 
 def _entry_or_none(

@@ -119,6 +119,14 @@ def check_client_event(event_type: str, data: Mapping[str, Any] | None = None) -
             f"an event appended through the API cannot set {' or '.join(named)}: "
             "turns and steps are numbered by the runtime"
         )
+    if data and "orphan" in data:
+        # Refused, not dropped: an orphan (an entry whose parent names no entry) is what a
+        # Pi import finds in a file, never a client's claim; a client's entry hangs below
+        # an entry that exists.
+        raise NotAllowed(
+            "an event appended through the API cannot set orphan: only a Pi import marks "
+            "entries whose parent is missing"
+        )
 
 
 def check_preset(name: str | None) -> str:

@@ -36,6 +36,9 @@ class Session(models.Model):
     # Counters kept by the append path for the session list.
     message_count = models.IntegerField(default=0)
     token_count = models.BigIntegerField(default=0)
+    # Bytes of JSON its events and entries hold, as the append path measured them: what
+    # deleting the session gives back to its owner's StorageUsage.
+    stored_bytes = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -146,6 +149,23 @@ class Entry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}/{self.entry_id} {self.type}"
+
+
+class StorageUsage(models.Model):
+    """Bytes of JSON a user's sessions hold (events and entries), kept by the append path in
+    the transaction of each append and given back when a session is deleted: the storage
+    quota (`STRAND_USER_QUOTA_BYTES`) is checked against it without summing any log."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="strand_storage",
+    )
+    stored_bytes = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}: {self.stored_bytes} bytes"
 
 
 class SessionDeletion(models.Model):

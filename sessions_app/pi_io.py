@@ -20,8 +20,7 @@ from projections.pi_file import (
     PiFileError,
     PiWarning,
     export_lines,
-    iter_numbered_pi_entries,
-    iter_pi_entries,
+    iter_pi_numbered,
 )
 from projections.pi_system import LeafMove, PromptChange, with_system_messages
 from projections.records import EntryRecord
@@ -79,7 +78,9 @@ def pi_import(
     try:
         in_file = _ids_in_file(source)
         counted = _CountingLines(source)
-        items = iter_numbered_pi_entries(counted, strict=strict, on_warning=warn)
+        items = iter_pi_numbered(
+            counted, strict=strict, on_warning=warn, max_depth=settings.STRAND_MAX_JSON_DEPTH
+        )
         _, header = next(items)
         with transaction.atomic():
             session = services.session_create(
@@ -112,7 +113,7 @@ def _ids_in_file(source: IO[bytes]) -> set[str] | None:
     start = source.tell()
     ids = {
         entry["id"]
-        for entry in iter_pi_entries(source)
+        for _, entry in iter_pi_numbered(source)
         if entry.get("type") != "session" and isinstance(entry.get("id"), str)
     }
     source.seek(start)
@@ -142,9 +143,10 @@ class _EntryWriter:
 
     Pi writes a parent before its children, but it reads any order: an entry whose parent
     comes later in the file waits here (with its own children) until the parent is written.
-    An entry whose parent the file lacks (or that names itself) is the root of its own path,
-    as Pi treats it. Entries still waiting at the end sit on a parent cycle: the first of
-    each becomes a root. The leaf ends on the last entry in file order.
+    An entry whose parent the file lacks is the root of its own path (an orphan), as Pi
+    treats it. A parent cycle (an entry that names itself, or a descendant, as its parent:
+    Pi itself loops forever on one) refuses the file at the line that closes it. The leaf
+    ends on the last entry in file order.
     """
 
     def __init__(
@@ -164,6 +166,10 @@ class _EntryWriter:
         self.appended: set[str] = set()
         # missing parent → (the event that adds the entry, the entry's id, its line)
         self.waiting: dict[str, list[tuple[NewEvent, str, int]]] = {}
+        # For each entry that waits, the parent it waits for: the waiting entries form
+        # chains up to an id not read yet. `_top` finds an entry's (with the chains made
+        # shorter as it goes, so a file in any order costs near-linear time).
+        self.above: dict[str, str] = {}
         self.batch: list[NewEvent] = []
         self.lines: list[int | None] = []  # the line each event of the batch comes from
 
@@ -180,15 +186,36 @@ class _EntryWriter:
             raise PiImportError(
                 f"line {line_no}: entry {entry_id!r} has a parentId that is not a string"
             )
+        if parent == entry_id:
+            raise PiImportError(
+                f"line {line_no}: entry {entry_id!r} names itself as its parent (a parent "
+                "cycle: Pi loops forever on it)"
+            )
         self.seen.add(entry_id)
         event = _entry_event(entry, line_no)
         if parent is None or parent in self.appended:
             self._append(event, entry_id, line_no, orphan=False)
-        elif parent == entry_id or (self.in_file is not None and parent not in self.in_file):
+        elif self.in_file is not None and parent not in self.in_file:
             self._append(event, entry_id, line_no, orphan=True)
+        elif self._top(parent) == entry_id:
+            raise PiImportError(
+                f"line {line_no}: entry {entry_id!r} closes a parent cycle: its parent "
+                f"{parent!r} descends from it (Pi loops forever on one)"
+            )
         else:
             self.waiting.setdefault(parent, []).append((event, entry_id, line_no))
+            self.above[entry_id] = parent
         return entry_id
+
+    def _top(self, entry_id: str) -> str:
+        """The id at the top of the chain of waiting entries above `entry_id`: one not
+        read yet (the chains never loop: the entry that would close a loop is refused)."""
+        top = entry_id
+        while top in self.above:
+            top = self.above[top]
+        while entry_id in self.above and self.above[entry_id] != top:
+            self.above[entry_id], entry_id = top, self.above[entry_id]
+        return top
 
     def _append(self, event: NewEvent, entry_id: str, line_no: int, *, orphan: bool) -> None:
         pending = [(event, entry_id, line_no, orphan)]
@@ -199,17 +226,18 @@ class _EntryWriter:
             self.batch.append(current)
             self.lines.append(current_line)
             self.appended.add(current_id)
+            self.above.pop(current_id, None)
             waiting = self.waiting.pop(current_id, [])
             pending.extend((child, child_id, line, False) for child, child_id, line in waiting)
             if len(self.batch) >= settings.STRAND_MAX_BATCH:
                 self._flush()
 
     def finish(self, last_id: str | None) -> None:
-        # Whatever still waits names a parent the file does not have (or a cycle).
-        while self.waiting:
-            parent = next(iter(self.waiting))
-            entries = self.waiting.pop(parent)
-            for event, entry_id, line_no in entries:
+        # Whatever still waits hangs below a parent the file does not have (known only now
+        # when the file could not be read twice): each entry that names one is an orphan,
+        # and its descendants follow it.
+        for parent in [p for p in self.waiting if p not in self.seen]:
+            for event, entry_id, line_no in self.waiting.pop(parent, []):
                 self._append(event, entry_id, line_no, orphan=True)
         if self.batch:
             self._flush()
@@ -225,6 +253,8 @@ class _EntryWriter:
     def _flush(self) -> None:
         try:
             self.seq = store.append_events(self.session.id, self.seq, self.batch).last_seq
+        except store.QuotaExceeded:
+            raise  # not the file's fault: the owner's storage is full (413, not 422)
         except StoreError as exc:
             raise self._culprit() or PiImportError(
                 f"near line {self.counted.line_no}: {exc}"

@@ -122,6 +122,11 @@ class ErrorOut(Schema):
     current_seq: int | None = Field(None, description="409 conflict: the session's seq now")
     retry_after: int | None = Field(None, description="429: seconds until the next window")
     errors: list[dict[str, Any]] | None = Field(None, description="422: each invalid field")
+    quota: str | None = Field(None, description="413 quota_exceeded: the setting that sets it")
+    quota_bytes: int | None = Field(None, description="413 quota_exceeded: the quota in bytes")
+    used_bytes: int | None = Field(
+        None, description="413 quota_exceeded: the bytes the owner's sessions hold"
+    )
 
 
 # --- accounts ------------------------------------------------------------------------------

@@ -254,6 +254,14 @@ def session_delete(*, session: Session, by: User) -> None:
         if row is None:
             raise store.SessionNotFound(f"no session {sid}")
         cur.execute("SELECT set_config('strand.deleting_session', %s, true)", [sid])
+        # The owner's storage gets back what the append path counted for this session (the
+        # owner's row is locked after the session's, as on the append path).
+        cur.execute(
+            "UPDATE sessions_app_storageusage u "
+            "SET stored_bytes = greatest(u.stored_bytes - s.stored_bytes, 0) "
+            "FROM sessions_app_session s WHERE s.id = %s AND u.owner_id = s.owner_id",
+            [sid],
+        )
         cur.execute("DELETE FROM sessions_app_entry WHERE session_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_event WHERE session_id = %s", [sid])
         cur.execute("UPDATE sessions_app_session SET parent_id = NULL WHERE parent_id = %s", [sid])

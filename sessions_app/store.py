@@ -6,12 +6,18 @@ Invariants, each kept by `append_events` inside one transaction:
 2. `expected_seq` must equal `last_seq`, or nothing is written and `ConcurrencyError` carries
    the current seq. The unique (session, seq) key backs this up in the database.
 3. Seqs are gapless per session, starting at 0: the batch takes `last_seq + 1 …`.
-4. Every event is validated against the vocabulary, and its JSON size checked, before any row
-   is written; one bad event refuses the whole batch.
+4. Every event is validated against the vocabulary, and its JSON size and nesting depth
+   (`STRAND_MAX_JSON_DEPTH`) checked, before any row is written; one bad event refuses the
+   whole batch.
 5. Entries (the tree) and the current leaf are projected in the same transaction as the events
    that add or move them. An entry's parent defaults to the current leaf, as in Pi; a parent
-   that is not an entry of the session is refused (Pi imports may mark true orphans).
-6. `last_seq`, the leaf and the list counters are updated before commit.
+   that is not an entry written before it is refused. Only the Pi import marks true orphans
+   (an entry whose parent id names no entry), and no entry may later take an id an orphan
+   names: every parent has a lower seq than its children, so the tree has no cycle, and an
+   entry's stored depth is its parent's plus one (0 for a root or an orphan).
+6. `last_seq`, the leaf and the list counters are updated before commit, and the batch's bytes
+   of JSON are added to the session and to its owner's `StorageUsage`; a batch that would
+   take the owner past `STRAND_USER_QUOTA_BYTES` is refused whole (`QuotaExceeded`).
 7. Listeners are told with `pg_notify('strand_events', '<session id>:<last seq>')`, issued
    inside the transaction: Postgres delivers it at commit and drops it on rollback. The
    payload never carries event data.
@@ -33,6 +39,7 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
+from projections.nesting import nested_past
 from projections.records import EntryRecord, EventRecord
 from sessions_app import events as vocab
 from sessions_app.errors import DomainError
@@ -70,6 +77,22 @@ class TooLarge(StoreError):
     code = "too_large"
 
 
+class QuotaExceeded(StoreError):
+    """A batch that would take its session's owner past the storage quota."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, used: int, batch: int, quota: int) -> None:
+        super().__init__(
+            f"storage quota exceeded: this owner's sessions hold {used} bytes, the append "
+            f"adds {batch} and the quota (STRAND_USER_QUOTA_BYTES) is {quota}; delete "
+            "sessions to make room"
+        )
+        self.used_bytes = used
+        self.batch_bytes = batch
+        self.quota_bytes = quota
+
+
 @dataclass(frozen=True, slots=True)
 class NewEvent:
     """An event to append. `turn` and `step` default to the data's own fields."""
@@ -98,12 +121,20 @@ class _Prepared:
     orphan: bool = False
     generated_id: bool = False
     json_text: str = ""
+    size: int = 0  # bytes of the event's JSON, and of its entry's as the entry table holds it
 
 
 def append_events(
-    session_id: uuid.UUID | str, expected_seq: int, events: Sequence[NewEvent]
+    session_id: uuid.UUID | str,
+    expected_seq: int,
+    events: Sequence[NewEvent],
+    *,
+    quota: bool = True,
 ) -> AppendResult:
-    """Append `events` after `expected_seq`. See the invariants at the top of this module."""
+    """Append `events` after `expected_seq`. See the invariants at the top of this module.
+
+    `quota=False` counts the batch's bytes without refusing it past the quota: for the
+    runtime's closing of a turn already under way, which must not be left open."""
     if not events:
         raise InvalidEvent("nothing to append: the batch is empty")
     if len(events) > settings.STRAND_MAX_BATCH:
@@ -113,7 +144,7 @@ def append_events(
     for attempt in range(3):
         prepared = _prepare(events)
         try:
-            last_seq, leaf = _call_append(str(session_id), expected_seq, prepared)
+            last_seq, leaf = _call_append(str(session_id), expected_seq, prepared, quota)
             break
         except _GeneratedIdCollision:
             # One of the 8-hex ids drawn here already names an entry: draw new ones.
@@ -131,16 +162,19 @@ class _GeneratedIdCollision(Exception):
     pass
 
 
-# SQLSTATEs raised by strand_append (sql/strand_append_v2.sql, installed by migration 0008).
-_CONFLICT, _NO_SESSION = "SA001", "SA002"
-_REFUSED = {"SA003", "SA004", "SA005"}
+# SQLSTATEs raised by strand_append (sql/strand_append_v3.sql, installed by migration 0011).
+_CONFLICT, _NO_SESSION, _OVER_QUOTA = "SA001", "SA002", "SA007"
+_REFUSED = {"SA003", "SA004", "SA005", "SA006"}
 
 
 def _call_append(
-    session_id: str, expected_seq: int, prepared: list[_Prepared]
+    session_id: str, expected_seq: int, prepared: list[_Prepared], quota: bool
 ) -> tuple[int, str | None]:
-    params = _arguments(session_id, expected_seq, prepared)
-    sql = "SELECT * FROM strand_append(%s::uuid, %s::bigint, %s, %s::jsonb, %s::int, %s::bigint, %s::text)"
+    params = _arguments(session_id, expected_seq, prepared, quota)
+    sql = (
+        "SELECT * FROM strand_append(%s::uuid, %s::bigint, %s, %s::jsonb, %s::int, "
+        "%s::bigint, %s::text, %s::bigint, %s::bigint)"
+    )
     try:
         # Inside a caller's transaction (an import, a fork) a savepoint keeps a refused batch
         # from spoiling it; on its own, the one statement is its own transaction.
@@ -167,6 +201,9 @@ def _translate(exc: DatabaseError, expected_seq: int, prepared: list[_Prepared])
         return ConcurrencyError(expected_seq, int(message))
     if state == _NO_SESSION:
         return SessionNotFound(message)
+    if state == _OVER_QUOTA:
+        used, batch, limit = (int(part) for part in message.split(":"))
+        return QuotaExceeded(used, batch, limit)
     if state in _REFUSED:
         return InvalidEvent(message)
     if state == "23505" and "entry_session_id" in str(getattr(diag, "constraint_name", "")):
@@ -176,7 +213,9 @@ def _translate(exc: DatabaseError, expected_seq: int, prepared: list[_Prepared])
     return exc
 
 
-def _arguments(session_id: str, expected_seq: int, prepared: list[_Prepared]) -> list[Any]:
+def _arguments(
+    session_id: str, expected_seq: int, prepared: list[_Prepared], quota: bool
+) -> list[Any]:
     counters = _Counters()
     for p in prepared:
         if p.entry is not None:
@@ -191,12 +230,14 @@ def _arguments(session_id: str, expected_seq: int, prepared: list[_Prepared]) ->
         counters.messages,
         counters.tokens,
         counters.title,
+        sum(p.size for p in prepared),
+        settings.STRAND_USER_QUOTA_BYTES if quota and settings.STRAND_USER_QUOTA_BYTES else None,
     ]
 
 
 def _batch_item(p: _Prepared) -> str:
     """One event as strand_append reads it (its keys are listed in
-    sql/strand_append_v2.sql); the data's JSON text is embedded, not re-encoded."""
+    sql/strand_append_v3.sql); the data's JSON text is embedded, not re-encoded."""
     entry = p.entry
     moved = p.event.type == "leaf/moved"
     head = {
@@ -248,6 +289,8 @@ def check_event(event: NewEvent) -> None:
 def _prepare(events: Sequence[NewEvent]) -> list[_Prepared]:
     """Validate, complete and encode a batch; raises before any SQL runs."""
     prepared = [_validate(e) for e in events]
+    for p in prepared:
+        _check_depth(p)
     _check_batch_ids(prepared)
     _chain_in_batch(prepared)
     for p in prepared:
@@ -333,6 +376,32 @@ def _encode(prepared: _Prepared) -> None:
             f"over the limit of {settings.STRAND_MAX_EVENT_BYTES}"
         )
     prepared.json_text = text
+    # The entry table holds the entry's JSON again (its length is near the event's: the
+    # event adds a few keys around it), and the quota counts both copies.
+    prepared.size = size + (len(_dumps(prepared.entry).encode("utf-8")) if prepared.entry else 0)
+
+
+def _check_depth(prepared: _Prepared) -> None:
+    """Refuse data nested past `STRAND_MAX_JSON_DEPTH`: an entry counts from the entry
+    itself (as in a Pi file), any other event from its data."""
+    limit = settings.STRAND_MAX_JSON_DEPTH
+    if prepared.entry is not None:
+        values: Mapping[str, Any] = prepared.data
+        where = next(
+            (
+                f"{key}.{at}" if not at.startswith("[") else f"{key}{at}"
+                for key, value in values.items()
+                if (at := nested_past(value, limit)) is not None
+            ),
+            None,
+        )
+    else:
+        where = nested_past(prepared.data, limit)
+    if where is not None:
+        raise InvalidEvent(
+            f"{prepared.event.type}: data nests deeper than {limit} levels at {where} "
+            "(STRAND_MAX_JSON_DEPTH)"
+        )
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from projections.chat import NOT_STARTED, OUTCOME_UNKNOWN
 from projections.records import EntryRecord, EventRecord
 from runtime import NotFound
 from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
@@ -19,10 +20,25 @@ if TYPE_CHECKING:
     from sessions_app.agent.engine import Engine
 
 
+# What closes work already under way: a turn or step ending, and the synthetic results of
+# tool calls that will never run. Past the storage quota these are still written (counted,
+# not refused), so a turn the quota stops ends well-formed instead of staying open.
+_CLOSING = frozenset({"turn/end", "step/end"})
+_CLOSING_RESULTS = frozenset({OUTCOME_UNKNOWN, NOT_STARTED})
+
+
+def _closing(fact: NewFact) -> bool:
+    if fact.type == "tool/result":
+        return fact.data.get("error_code") in _CLOSING_RESULTS
+    return fact.type in _CLOSING
+
+
 def _append(session_id: str, expected_seq: int, facts: Sequence[NewFact]) -> Appended:
     batch = [store.NewEvent(f.type, dict(f.data), turn=f.turn, step=f.step) for f in facts]
     try:
-        result = store.append_events(session_id, expected_seq, batch)
+        result = store.append_events(
+            session_id, expected_seq, batch, quota=not all(_closing(f) for f in facts)
+        )
     except store.ConcurrencyError as exc:
         raise SeqConflict(exc.current_seq) from None
     return Appended(result.first_seq, result.last_seq, result.entry_ids)

@@ -150,6 +150,9 @@ _STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "too_large": 413,
+    # The owner's sessions hold STRAND_USER_QUOTA_BYTES of JSON: the body is fine, the
+    # storage is full (the answer names the quota; `_error_body`).
+    "quota_exceeded": 413,
     "invalid": 422,
     "invalid_event": 422,
     "invalid_pi_file": 422,
@@ -191,6 +194,14 @@ def _error_body(exc: Exception) -> tuple[int, dict[str, Any]]:
         return 409, {"error": exc.code, "detail": str(exc), "current_seq": exc.current_seq}
     if isinstance(exc, ratelimit.RateLimited):
         return 429, {"error": exc.code, "detail": str(exc), "retry_after": exc.retry_after}
+    if isinstance(exc, store.QuotaExceeded):
+        return 413, {
+            "error": exc.code,
+            "detail": str(exc),
+            "quota": "STRAND_USER_QUOTA_BYTES",
+            "quota_bytes": exc.quota_bytes,
+            "used_bytes": exc.used_bytes,
+        }
     if isinstance(exc, (DomainError, AgentError)):
         status = _STATUS_BY_CODE.get(exc.code, 422)
         return status, {"error": exc.code, "detail": str(exc)}

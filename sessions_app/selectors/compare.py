@@ -161,6 +161,17 @@ class _Climb:
     at: str | None  # the next entry to climb to; None past the root
     path: list[_Node] = field(default_factory=list)
 
+    def step(self, node: _Node) -> None:
+        """Climb onto `node`, then to its parent. A root (depth 0, an orphan too) ends the
+        climb, and so would a parent whose stored depth is not below its child's: depth
+        falls at each step, so a climb takes at most the leaf's depth + 1 steps whatever
+        the parent ids say (a parent cycle stored before they were refused included)."""
+        if self.path and node[2] >= self.path[-1][2]:
+            self.at = None
+            return
+        self.path.append(node)
+        self.at = node[1] if node[2] > 0 else None
+
 
 def _climb_both(
     known: dict[str, _Node], a: _Climb, b: _Climb, *, complete: bool
@@ -190,8 +201,7 @@ def _climb_both(
             return False, None, -1
         if node is None:
             return False, None, -1
-        side.path.append(node)
-        side.at = node[1]
+        side.step(node)
 
 
 def divergence(session: Session, a: str, b: str) -> Divergence:

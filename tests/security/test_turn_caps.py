@@ -271,7 +271,7 @@ def test_waiting_turns_hold_no_connection_of_their_own(
         as_alice.waiting(session)
 
     # Twenty more waiting turns; a connection each would be twenty more connections.
-    assert 0 < before and connections_of(server) <= before + 2
+    assert before > 0 and connections_of(server) <= before + 2
     holders = advisory_holders([turn_lock_key(s.id) for s in [warm, *sessions]])
     assert len(holders) == 21 and len(set(holders.values())) == 1  # one connection holds all
 

@@ -13,7 +13,7 @@ from django.db import connection
 
 from sessions_app import sql, store
 
-NEWEST = "strand_append_v2.sql"
+NEWEST = "strand_append_v3.sql"
 
 
 def test_every_migration_loads_the_sql_it_pinned():
