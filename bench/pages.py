@@ -138,7 +138,7 @@ class _Client:
 
 def run(report: Report) -> None:
     from sessions_app import services
-    from sessions_app.verify import verify_session
+    from sessions_app.selectors.verify import verify_session
 
     owner = services.user_get_or_create_local(username="bench")
     sessions: dict[int, Any] = {}
