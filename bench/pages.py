@@ -106,7 +106,7 @@ class _Client:
         from django.conf import settings
         from django.test import Client
 
-        from sessions_app import tokens
+        from sessions_app.services import tokens
 
         signed_in = Client()
         signed_in.force_login(owner)

@@ -263,7 +263,7 @@ STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
 STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1024)))
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
-# defaults (sessions_app.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
+# defaults (sessions_app.services.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
 # compact, search and token).
 STRAND_RATE_LIMITS = {
     scope: tuple(limit)

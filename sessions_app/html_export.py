@@ -44,9 +44,10 @@ from projections.trace import TraceSpan
 from projections.trace_blocks import trace_blocks
 from projections.trace_windows import project_trace_windows
 from projections.tree import TreeRow, project_tree, tree_entry
-from sessions_app import pi_io, selectors
+from sessions_app import selectors
 from sessions_app.models import Session
 from sessions_app.page_query import PageQuery
+from sessions_app.services import pi_io
 from sessions_app.streaming import streamed
 from sessions_app.templatetags.strand import (
     TREE_DRAWN_INDENT,

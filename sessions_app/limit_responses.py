@@ -1,4 +1,4 @@
-"""What a page shows when a limit refuses it: a rate limit (`sessions_app.ratelimit`) or a
+"""What a page shows when a limit refuses it: a rate limit (`sessions_app.services.ratelimit`) or a
 sign-in paused after repeated failures (django-axes).
 
 Both answer 429 with `Retry-After`. The API answers rate limits itself, as JSON (see
@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from sessions_app.ratelimit import RateLimited, duration_words
+from sessions_app.services.ratelimit import RateLimited, duration_words
 
 TEMPLATE = "limited.html"
 

@@ -591,7 +591,7 @@ class CompactOut(Schema):
 
 # --- replays -------------------------------------------------------------------------------
 
-REPLAYS_MAX = 5  # sessions_app.replay.MAX_REPLAYS
+REPLAYS_MAX = 5  # sessions_app.services.replay.MAX_REPLAYS
 
 
 class ReplayIn(Schema):

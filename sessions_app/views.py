@@ -35,7 +35,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from projections.trace_blocks import trace_blocks
 from runtime.errors import AgentError
-from sessions_app import access, html_export, pi_io, ratelimit, selectors, services
+from sessions_app import access, html_export, selectors, services
 from sessions_app.errors import DomainError
 from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.forms import (
@@ -53,6 +53,7 @@ from sessions_app.forms import (
 )
 from sessions_app.models import Session
 from sessions_app.page_query import VIEWS, PageQuery
+from sessions_app.services import pi_io, ratelimit
 from sessions_app.streaming import streamed
 
 log = logging.getLogger("strand.views")

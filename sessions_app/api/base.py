@@ -5,7 +5,7 @@ call one service or selector plus a projection, return a schema.
 
 Accounts. Browsers use the Django session cookie; every unsafe request made with it must
 carry the CSRF token. Programs send a personal token as `Authorization: Bearer …`
-(`sessions_app.tokens`). A bearer token that is unknown or revoked is refused with 401
+(`sessions_app.services.tokens`). A bearer token that is unknown or revoked is refused with 401
 even when a session cookie comes along.
 
 Errors. Every refusal is JSON `{"error": code, "detail": text}` (409 adds `current_seq`,
@@ -17,7 +17,7 @@ conflict, 413 too large, 422 invalid values, 429 rate limited.
 Limits. A JSON body is at most `DATA_UPLOAD_MAX_MEMORY_SIZE` (Django's, 2.5 MB by default),
 text fields have lengths set in `schemas.py`, an event at most `STRAND_MAX_EVENT_BYTES`, a
 batch at most `STRAND_MAX_BATCH` events, a Pi upload at most `STRAND_MAX_IMPORT_BYTES`.
-Every costly door is rate limited per user (`sessions_app.ratelimit`, scopes in brackets):
+Every costly door is rate limited per user (`sessions_app.services.ratelimit`, scopes in brackets):
 sending a message, steering or following up [message], importing [import], appending events
 [append], creating [session] and forking [fork] sessions, navigating with a summary
 [summary], compacting [compact], replaying a recorded request [replay], filtering the
@@ -53,10 +53,11 @@ from ninja.renderers import JSONRenderer
 from projections.request import RequestNotFound
 from runtime import AgentError
 from runtime.config import ConfigError
-from sessions_app import ratelimit, selectors, store
+from sessions_app import selectors, store
 from sessions_app.api.auth import BearerToken, CsrfRefused, SessionCookie
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
+from sessions_app.services import ratelimit
 
 log = logging.getLogger("strand.api")
 

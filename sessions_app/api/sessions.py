@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from ninja import Query, Router
 from ninja.responses import Status
 
-from sessions_app import access, pi_io, ratelimit, selectors, services, store, workspaces
+from sessions_app import access, selectors, services, store, workspaces
 from sessions_app.api.base import ERRORS, BadInput, auth_user
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
@@ -29,6 +29,7 @@ from sessions_app.schemas import (
     SessionPageOut,
     SessionRenameIn,
 )
+from sessions_app.services import pi_io, ratelimit
 
 router = Router(tags=["sessions"])
 

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from sessions_app import ratelimit
+from sessions_app.services import ratelimit
 from tests.browser.conftest import PASSWORD, Server, new_session, screenshot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

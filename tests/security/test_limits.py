@@ -18,8 +18,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import demo, services, store
+from sessions_app import services, store
 from sessions_app.models import ApiToken, Entry, Event, Session
+from sessions_app.services import demo
 from tests.api.conftest import Api, body_of, cookie_api, user_msg, wait_idle
 from tests.web.conftest import client_for, conversation, message
 
