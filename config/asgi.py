@@ -21,14 +21,14 @@ from channels.sessions import CookieMiddleware, InstanceSessionWrapper  # noqa: 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from config.startup import RunOnceAtStart, recover_open_turns  # noqa: E402
-from sessions_app import live_db  # noqa: E402
-from sessions_app.live_admission import Admission  # noqa: E402
-from sessions_app.routing import websocket_urlpatterns  # noqa: E402
+from sessions_app.live import db as live_db  # noqa: E402
+from sessions_app.live.admission import Admission  # noqa: E402
+from sessions_app.live.routing import websocket_urlpatterns  # noqa: E402
 
 
 class SocketAuthMiddleware(AuthMiddleware):
     """channels' AuthMiddleware, reading the session and its user on the websocket database
-    threads (`sessions_app.live_db`) instead of queueing every handshake behind Django's one
+    threads (`sessions_app.live.db`) instead of queueing every handshake behind Django's one
     thread-sensitive thread."""
 
     async def resolve_scope(self, scope: Any) -> None:
@@ -147,7 +147,7 @@ _UNKNOWN = object()  # an attribute autobahn no longer has: its own way is taken
 
 def _framed_once_for_all_viewers() -> None:
     """The live feed hands the same encoded event (one `str`) to every viewer of a session
-    (`sessions_app.live`); daphne framed it anew for each: encoding it to UTF-8, then
+    (`sessions_app.live.listener`); daphne framed it anew for each: encoding it to UTF-8, then
     autobahn's checks, its frame header, a join of the bytes and a debug message, together
     about a quarter of a process's CPU while it sent one event to 1,000 viewers (by py-spy;
     the socket's own `send` took another quarter). A text sent now is framed once, with

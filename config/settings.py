@@ -270,7 +270,7 @@ STRAND_RATE_LIMITS = {
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
 }
 # Open websockets re-check their sign-in at once on sign-out and account changes
-# (sessions_app.live_access), and every this many seconds besides (an expired session).
+# (sessions_app.live.access), and every this many seconds besides (an expired session).
 STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
 
 # --- Limits: rate-limited pages and sign-in throttling ---------------------------------------

@@ -32,7 +32,8 @@ from channels.layers import get_channel_layer
 from django.db import connections
 from psycopg.conninfo import make_conninfo
 
-from sessions_app import live_access, live_db
+from sessions_app.live import access as live_access
+from sessions_app.live import db as live_db
 from sessions_app.live_protocol import (
     committed_message,
     encode_event,
