@@ -236,7 +236,7 @@ CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
 # no style attributes (data reaches scripts as data-* attributes). Images may be data: URIs
 # (attachments in a conversation are embedded that way). 'self' in connect-src also allows
 # ws:/wss: to the page's own host (CSP Level 3), which the live feed uses. The HTML export
-# answers with its own policy (sessions_app/views.py).
+# answers with its own policy (sessions_app/web/views.py).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
@@ -274,7 +274,7 @@ STRAND_RATE_LIMITS = {
 STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
 
 # --- Limits: rate-limited pages and sign-in throttling ---------------------------------------
-# A page refused by a rate limit answers 429 (sessions_app.limit_responses). Sign-in is
+# A page refused by a rate limit answers 429 (sessions_app.web.limit_responses). Sign-in is
 # throttled by django-axes: STRAND_SIGNIN_FAILURES failed sign-ins (5) for one user name from
 # one address pause that pair for STRAND_SIGNIN_COOLOFF_MINUTES (15), restarted by each
 # failure meanwhile; other addresses can still sign in as that user, so a stranger cannot
@@ -282,7 +282,7 @@ STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
 # forwarded (STRAND_TRUSTED_PROXIES below). A success clears the count.
 INSTALLED_APPS += ["axes"]
 MIDDLEWARE += [
-    "sessions_app.limit_responses.RateLimitedPages",
+    "sessions_app.web.limit_responses.RateLimitedPages",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 AUTHENTICATION_BACKENDS = [
@@ -293,12 +293,12 @@ AXES_FAILURE_LIMIT = int(os.environ.get("STRAND_SIGNIN_FAILURES", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("STRAND_SIGNIN_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "sessions_app.limit_responses.signin_paused"
+AXES_LOCKOUT_CALLABLE = "sessions_app.web.limit_responses.signin_paused"
 # Behind proxies that append the client's address to X-Forwarded-For (HAProxy's `option
 # forwardfor`, nginx's `$proxy_add_x_forwarded_for`), how many of them to believe; 0 (the
 # default) believes none and counts by the connection's address.
 STRAND_TRUSTED_PROXIES = int(os.environ.get("STRAND_TRUSTED_PROXIES", "0"))
-AXES_CLIENT_IP_CALLABLE = "sessions_app.limit_responses.client_address"
+AXES_CLIENT_IP_CALLABLE = "sessions_app.web.limit_responses.client_address"
 
 # Folders under which sessions may have their working directory (where the agent's tools
 # read and write), separated by os.pathsep. A new session gets its owner's own folder under

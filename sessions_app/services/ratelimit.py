@@ -10,7 +10,7 @@ Limits come from `settings.STRAND_RATE_LIMITS`, a mapping of scope to `(requests
 scopes not named there use `DEFAULT_LIMITS`. A limit of 0 requests turns the scope off.
 Every costly door counts one hit before it does any work, so a refused request writes
 nothing but its own counter: the API answers 429 with `Retry-After` and the JSON error,
-the pages a 429 page or flash message (`sessions_app.limit_responses`).
+the pages a 429 page or flash message (`sessions_app.web.limit_responses`).
 
 Rows of past windows are deleted when the user's next window opens, so the table holds
 about one row per active user and scope.

@@ -35,10 +35,14 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from projections.trace_blocks import trace_blocks
 from runtime.errors import AgentError
-from sessions_app import access, html_export, selectors, services
+from sessions_app import access, selectors, services
 from sessions_app.errors import DomainError
 from sessions_app.events import ENTRY_KEY_MAX
-from sessions_app.forms import (
+from sessions_app.models import Session
+from sessions_app.services import pi_io, ratelimit
+from sessions_app.streaming import streamed
+from sessions_app.web import html_export
+from sessions_app.web.forms import (
     ApprovalForm,
     CompactForm,
     ForkForm,
@@ -51,10 +55,7 @@ from sessions_app.forms import (
     SessionImportForm,
     SessionNewForm,
 )
-from sessions_app.models import Session
-from sessions_app.page_query import VIEWS, PageQuery
-from sessions_app.services import pi_io, ratelimit
-from sessions_app.streaming import streamed
+from sessions_app.web.page_query import VIEWS, PageQuery
 
 log = logging.getLogger("strand.views")
 
