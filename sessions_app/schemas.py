@@ -25,6 +25,7 @@ from pydantic import model_validator
 
 from projections.compare import DEFAULT_COMPARE_ROWS as COMPARE_ROWS
 from projections.trace import DEFAULT_PAGE_TURNS
+from sessions_app.limits import SEQ_MAX
 from sessions_app.presets import preset_name_of
 from sessions_app.selectors.pages import CHAT_ENTRIES
 from sessions_app.selectors.tree import TREE_ROWS
@@ -47,7 +48,6 @@ PATH_PAGE_MAX = 2000  # entries of a path window (the chat's, the entries')
 TREE_PAGE_MAX = 2000  # rows of the tree in one answer
 CURSOR_MAX = 400
 TREE_LABEL_MAX = 200  # characters of a label in a tree row (an imported label can be longer)
-SEQ_MAX = 2**62
 
 
 def plain(value: Any) -> Any:

@@ -27,9 +27,9 @@ from projections.request import RequestNotFound, RequestView
 from runtime.errors import AgentError
 from sessions_app import access, selectors
 from sessions_app.errors import DomainError
+from sessions_app.limits import SEQ_MAX
 from sessions_app.models import Session
 from sessions_app.presets import preset_name_of, presets
-from sessions_app.schemas import SEQ_MAX
 from sessions_app.services import ratelimit, replay
 from sessions_app.web.forms import ReplayForm
 
