@@ -10,7 +10,7 @@ from ninja import Router
 
 from sessions_app import access, selectors
 from sessions_app.api.base import ERRORS, auth_user
-from sessions_app.schemas import ErrorOut
+from sessions_app.api.schemas import ErrorOut
 from sessions_app.services import pi_io
 from sessions_app.streaming import streamed
 

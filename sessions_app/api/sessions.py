@@ -16,9 +16,7 @@ from ninja.responses import Status
 
 from sessions_app import access, selectors, services, store, workspaces
 from sessions_app.api.base import ERRORS, BadInput, auth_user
-from sessions_app.errors import DomainError
-from sessions_app.models import Session
-from sessions_app.schemas import (
+from sessions_app.api.schemas import (
     TITLE_MAX,
     ErrorOut,
     ForkIn,
@@ -29,6 +27,8 @@ from sessions_app.schemas import (
     SessionPageOut,
     SessionRenameIn,
 )
+from sessions_app.errors import DomainError
+from sessions_app.models import Session
 from sessions_app.services import pi_io, ratelimit
 
 router = Router(tags=["sessions"])
