@@ -45,7 +45,8 @@ from django.utils.text import Truncator
 
 from projections.header_diff import diff_headers
 from projections.request import RequestNotFound
-from sessions_app import access, charts
+from sessions_app import access
+from sessions_app.audit import charts
 from sessions_app.models import RequestAudit
 from sessions_app.selectors import audit
 
