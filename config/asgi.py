@@ -14,65 +14,15 @@ django_asgi = get_asgi_application()
 
 from typing import Any  # noqa: E402
 
-from channels.auth import AuthMiddleware, get_user  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from channels.sessions import CookieMiddleware, InstanceSessionWrapper  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from config.health import HealthCheck  # noqa: E402
 from config.startup import RunOnceAtStart, recover_open_turns  # noqa: E402
-from sessions_app.live import db as live_db  # noqa: E402
 from sessions_app.live.admission import Admission  # noqa: E402
+from sessions_app.live.middleware import SocketAuthMiddlewareStack  # noqa: E402
 from sessions_app.live.routing import websocket_urlpatterns  # noqa: E402
-
-
-class SocketAuthMiddleware(AuthMiddleware):
-    """channels' AuthMiddleware, reading the session and its user on the websocket database
-    threads (`sessions_app.live.db`) instead of queueing every handshake behind Django's one
-    thread-sensitive thread."""
-
-    async def resolve_scope(self, scope: Any) -> None:
-        scope["user"]._wrapped = await live_db.run(get_user.func, scope, priority=live_db.NEW)
-
-
-class SocketSessionMiddleware:
-    """channels' SessionMiddleware without its wrapper around `send`. The wrapper saves a
-    changed session when an HTTP response starts, which a websocket never sends, yet it
-    looked into the session for every frame sent: 9% of the CPU of a connect storm."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
-        wrapper = InstanceSessionWrapper(scope, send)
-        await wrapper.resolve_session()
-        return await self.inner(wrapper.scope, receive, send)
-
-
-def SocketAuthMiddlewareStack(inner: Any) -> Any:  # noqa: N802 (named like channels' stack)
-    return CookieMiddleware(SocketSessionMiddleware(SocketAuthMiddleware(inner)))
-
-
-class HealthCheck:
-    """`GET /healthz` answered here, before Django: a load balancer asks every second whether
-    this process serves, and the answer needs no host check, no middleware and no database
-    (which every process shares, so it says nothing about this one)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
-        if scope.get("path") != "/healthz":
-            return await self.app(scope, receive, send)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/plain"), (b"cache-control", b"no-store")],
-            }
-        )
-        await send({"type": "http.response.body", "body": b"ok\n"})
-
 
 router = ProtocolTypeRouter(
     {
