@@ -272,6 +272,9 @@ STRAND_RATE_LIMITS = {
 # Open websockets re-check their sign-in at once on sign-out and account changes
 # (sessions_app.live.access), and every this many seconds besides (an expired session).
 STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
+# The live feed's changes to Twisted and autobahn (sessions_app.live.wire), applied when
+# config/asgi.py loads; 0 serves with both libraries exactly as released.
+STRAND_WIRE_TUNING = _env_bool("STRAND_WIRE_TUNING", True)
 
 # --- Limits: rate-limited pages and sign-in throttling ---------------------------------------
 # A page refused by a rate limit answers 429 (sessions_app.web.limit_responses). Sign-in is
