@@ -1,6 +1,6 @@
 """The doors read sessions through the selectors: no SQL and no ORM query of their own.
 
-The doors are the modules that answer people and programs: the pages (`views.py`), the API,
+The doors are the modules that answer people and programs: the pages (`web/`), the API,
 the HTML export, the websocket consumer and the management commands. Each is parsed (never
 imported) and searched for a database read of its own: a cursor, raw SQL, a model's manager,
 a queryset method, a reload of a model, or one of the store's reads. Writes go through
@@ -24,8 +24,7 @@ APP = Path(__file__).resolve().parents[2] / "sessions_app"
 
 DOORS = sorted(
     {
-        APP / "web" / "views.py",
-        APP / "web" / "html_export.py",
+        *(APP / "web").glob("*.py"),
         APP / "live" / "consumers.py",
         APP / "management" / "base.py",
         *(APP / "management" / "commands").glob("*.py"),
