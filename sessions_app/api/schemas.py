@@ -25,7 +25,7 @@ from pydantic import model_validator
 
 from projections.compare import DEFAULT_COMPARE_ROWS as COMPARE_ROWS
 from projections.trace import DEFAULT_PAGE_TURNS
-from sessions_app.limits import SEQ_MAX
+from sessions_app.limits import ENTRY_ID_MAX, SEQ_MAX
 from sessions_app.presets import preset_name_of
 from sessions_app.selectors.pages import CHAT_ENTRIES
 from sessions_app.selectors.tree import TREE_ROWS
@@ -35,7 +35,6 @@ from sessions_app.workspaces import display_cwd
 
 TITLE_MAX = 500  # Session.title
 NAME_MAX = 100
-ENTRY_ID_MAX = 64  # Entry.entry_id
 CWD_MAX = 4096  # Session.cwd
 EVENT_TYPE_MAX = 64  # Event.type
 MESSAGE_MAX: int = getattr(settings, "STRAND_MAX_MESSAGE_CHARS", 100_000)
