@@ -264,7 +264,8 @@ STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
 # defaults (sessions_app.services.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
-# compact, search and token).
+# compact, replay, search, token, and the small writes: rename, navigate, label, approval,
+# cancel, delete and revoke).
 STRAND_RATE_LIMITS = {
     scope: tuple(limit)
     for scope, limit in json.loads(os.environ.get("STRAND_RATE_LIMITS", "{}")).items()
@@ -313,3 +314,17 @@ STRAND_WORKSPACE_ROOTS = [
     )
     if root
 ]
+
+# What the agent may do in one go, whatever a session's preset says. Tool calls one model
+# reply may make: each call past the cap gets an error result and is neither asked about
+# nor run (0: no cap). The agent's writes (write_file) are held to a quota of the folder
+# they land in (sessions_app.workspaces.run_limits: the owner's own folder when the session
+# works in it): bytes of all its files, files and directories in it, bytes and path depth of
+# one write; a write past one is an error result naming it (0 turns a bound off).
+STRAND_MAX_TOOL_CALLS_PER_REPLY = int(os.environ.get("STRAND_MAX_TOOL_CALLS_PER_REPLY", "32"))
+STRAND_WORKSPACE_MAX_BYTES = int(os.environ.get("STRAND_WORKSPACE_MAX_BYTES", str(1024**3)))
+STRAND_WORKSPACE_MAX_FILES = int(os.environ.get("STRAND_WORKSPACE_MAX_FILES", "10000"))
+STRAND_WORKSPACE_MAX_WRITE_BYTES = int(
+    os.environ.get("STRAND_WORKSPACE_MAX_WRITE_BYTES", str(1024 * 1024))
+)
+STRAND_WORKSPACE_MAX_DEPTH = int(os.environ.get("STRAND_WORKSPACE_MAX_DEPTH", "32"))

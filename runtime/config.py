@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import AgentError
+from runtime.tools import WorkspaceQuota
 
 PROVIDER_KINDS = ("offline", "openai", "anthropic")
 
@@ -19,6 +20,8 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_RESERVE_TOKENS = 16_384
 DEFAULT_KEEP_RECENT_TOKENS = 20_000
 MAX_RETRIES_LIMIT = 10
+# Tool calls one model reply may make unless the server sets another bound.
+DEFAULT_MAX_TOOL_CALLS_PER_REPLY = 32
 
 
 class ConfigError(AgentError):
@@ -33,6 +36,16 @@ class Pricing:
     output: float = 0.0
     cache_read: float = 0.0
     cache_write: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """The server's bounds on a session's agent, whatever its preset says: how many tool
+    calls one model reply may make (each call past it gets an error result and does not
+    run; 0 turns the bound off) and the quota its file tools write within."""
+
+    max_tool_calls_per_reply: int = DEFAULT_MAX_TOOL_CALLS_PER_REPLY
+    workspace: WorkspaceQuota = WorkspaceQuota()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +77,7 @@ class AgentConfig:
     # Also the stall limit: no bytes for this long ends the attempt.
     request_timeout_s: float = 600.0
     cwd: str = ""
+    limits: RunLimits = RunLimits()
 
     @property
     def api(self) -> str:
@@ -77,7 +91,9 @@ class AgentConfig:
         return self.context_window - self.reserve_tokens
 
 
-def config_from_preset(preset: Mapping[str, Any], *, cwd: str = "") -> AgentConfig:
+def config_from_preset(
+    preset: Mapping[str, Any], *, cwd: str = "", limits: RunLimits = RunLimits()
+) -> AgentConfig:
     kind = str(preset.get("provider") or "offline")
     if kind not in PROVIDER_KINDS:
         raise ConfigError(
@@ -110,6 +126,7 @@ def config_from_preset(preset: Mapping[str, Any], *, cwd: str = "") -> AgentConf
         retry_max_wait_s=_seconds(preset, "retry_max_wait_s", 60.0),
         request_timeout_s=float(preset.get("request_timeout_s") or 600.0),
         cwd=cwd,
+        limits=limits,
     )
     if config.reserve_tokens >= config.context_window:
         raise ConfigError(

@@ -15,6 +15,7 @@ One turn, as events:
     assistant/message
     [approval/asked, approval/decided]…           (tools that need approval, in model order)
     tool/call…, tool/result…                      (in model order)
+    [tool/call, tool/result]…                     (calls past the reply's cap: refused, not run)
     step/end
     … more steps while the model calls tools …
     turn/end
@@ -76,6 +77,9 @@ log = logging.getLogger("strand.runtime")
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
 ABORTED = "ABORTED"
 APPROVAL_REJECTED = "APPROVAL_REJECTED"
+TOO_MANY_TOOL_CALLS = "TOO_MANY_TOOL_CALLS"
+# Calls past the cap answered in one append (a tool/call and a tool/result each).
+CAPPED_PER_APPEND = 100
 
 # How long an approval wait sleeps between looks at the log when no notification comes.
 APPROVAL_POLL_S = 2.0
@@ -810,6 +814,28 @@ class TurnRunner:
     # --- tools ---------------------------------------------------------------------------
 
     async def _run_tools(self, turn: int, step: int, calls: list[ToolCallRequest]) -> bool:
+        """Run the reply's calls up to the cap on one reply's tool calls; those past it are
+        answered after them, never asked about nor run, a batch of pairs at a time (however
+        many a reply holds, no append passes the store's batch limit). False when the run
+        was cancelled."""
+        cap = self.config.limits.max_tool_calls_per_reply
+        kept, over = (calls[:cap], calls[cap:]) if cap > 0 else (calls, [])
+        finished = await self._run_calls(turn, step, kept)
+        refused = _over_the_cap(cap, len(calls))
+        for start in range(0, len(over), CAPPED_PER_APPEND):
+            await self.append(
+                [
+                    fact
+                    for call in over[start : start + CAPPED_PER_APPEND]
+                    for fact in (
+                        _call_fact(call, turn, step),
+                        _result_fact(call, refused, turn, step),
+                    )
+                ]
+            )
+        return finished
+
+    async def _run_calls(self, turn: int, step: int, calls: list[ToolCallRequest]) -> bool:
         """Prepare the calls in model order (asking approvals), then run them together and
         record the results in model order. False when the run was cancelled."""
         plans = [_Plan(call) for call in calls]
@@ -1064,6 +1090,21 @@ def _user_fact(text: str, turn: int, step: int | None) -> NewFact:
 
 def _step_end(turn: int, step: int, reason: str) -> NewFact:
     return NewFact("step/end", {"turn": turn, "step": step, "reason": reason}, turn, step)
+
+
+def _call_fact(call: ToolCallRequest, turn: int, step: int) -> NewFact:
+    data = {"call_id": call.call_id, "tool": call.name, "arguments": call.raw_arguments}
+    return NewFact("tool/call", data, turn, step)
+
+
+def _over_the_cap(cap: int, calls: int) -> ToolOutcome:
+    """The result of a call past the cap on one reply's tool calls: not run, not asked."""
+    return ToolOutcome(
+        f"not run: one reply may make at most {cap} tool calls, and this reply made {calls}; "
+        "ask for the rest in a later reply",
+        True,
+        TOO_MANY_TOOL_CALLS,
+    )
 
 
 def _result_fact(call: ToolCallRequest, outcome: ToolOutcome, turn: int, step: int) -> NewFact:

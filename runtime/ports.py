@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from projections.records import EntryRecord, EventRecord
+from runtime.config import RunLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +41,12 @@ class SessionHead:
 
 @dataclass(frozen=True, slots=True)
 class SessionSetup:
-    """What a session runs with: its preset (provider, model, prompt, tools…) and its cwd."""
+    """What a session runs with: its preset (provider, model, prompt, tools…), its cwd, and
+    the server's limits on its agent."""
 
     preset: Mapping[str, Any]
     cwd: str
+    limits: RunLimits = RunLimits()
 
 
 class SeqConflict(Exception):

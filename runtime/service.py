@@ -109,7 +109,9 @@ ToolboxFactory = Callable[[AgentConfig], Toolbox]
 
 
 def default_toolbox(config: AgentConfig) -> Toolbox:
-    return Toolbox.for_session(config.tools, config.cwd, timeout_s=config.tool_timeout_s)
+    return Toolbox.for_session(
+        config.tools, config.cwd, timeout_s=config.tool_timeout_s, quota=config.limits.workspace
+    )
 
 
 class Runtime:
@@ -200,7 +202,9 @@ class Runtime:
         prepared: list[tuple[AgentConfig, Provider, Toolbox, dict[str, Any]]] = []
         for plan in plans:
             # The replay offers the recorded request's tools, whatever the preset's are.
-            config = config_from_preset({**plan.preset, "tools": list(tools)}, cwd=setup.cwd)
+            config = config_from_preset(
+                {**plan.preset, "tools": list(tools)}, cwd=setup.cwd, limits=setup.limits
+            )
             header = replay_header(source, config, plan)
             prepared.append(
                 (config, self.provider_factory(config), self.toolbox_factory(config), header)
@@ -333,7 +337,7 @@ class Runtime:
 
     async def _setup(self, session_id: str) -> tuple[AgentConfig, Provider, Toolbox]:
         setup = await self.log.setup(session_id)
-        config = config_from_preset(setup.preset, cwd=setup.cwd)
+        config = config_from_preset(setup.preset, cwd=setup.cwd, limits=setup.limits)
         return config, self.provider_factory(config), self.toolbox_factory(config)
 
     async def _lock_or_queue(self, session_id: str, text: str, mode: str) -> TurnLock | Sent:

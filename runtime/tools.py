@@ -15,6 +15,13 @@ it matches, so no pattern can hold the process. A pattern RE2 cannot run (backre
 lookaround) is refused with `INVALID_PATTERN`. Each tool's work is bounded: bytes read, files
 and entries visited, matches, output size and the length of a shown line.
 
+`write_file` writes within the session's workspace quota (`WorkspaceQuota`): the folder it
+counts (the working directory, or a folder above it that several sessions share) holds at
+most so many bytes in its files and so many files and directories together, and one write
+is at most so large and so deep. Writes to one folder take turns (an `flock` on it, which
+also holds across processes on one machine), so parallel calls cannot each see room that
+only one of them has. A write past a bound is refused with `QUOTA_EXCEEDED` naming it.
+
 A tool never raises into the loop: each failure is a `ToolOutcome` with `is_error` and an error
 code. `write_file` needs the user's approval. Tools run on a pool of worker threads of lower
 scheduling priority (niced), under a per-tool timeout; the same deadline is checked inside the
@@ -28,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import math
 import os
 import re
@@ -50,6 +58,13 @@ MAX_READ_BYTES = 256 * 1024
 MAX_LIST_ENTRIES = 500
 MAX_WALK_ENTRIES = 10_000  # entries a walk looks at, in all its directories together
 MAX_WRITE_BYTES = 1024 * 1024
+# A workspace's quota unless the server sets one (`WorkspaceQuota`).
+WORKSPACE_MAX_BYTES = 1024 * 1024 * 1024
+WORKSPACE_MAX_ENTRIES = 10_000
+WRITE_MAX_DEPTH = 32
+# Directories below the quota's folder a measurement goes into: each level holds a
+# descriptor while its subtree is counted, so this bounds a tool thread's open files.
+MAX_MEASURED_DEPTH = 128
 MAX_PATTERN_CHARS = 1000
 # RE2's memory for one compiled pattern (program and DFA cache); past it RE2 refuses to
 # compile, or falls back from its DFA to its (still linear) NFA. The re2 module keeps up to 128
@@ -103,15 +118,35 @@ class Tool:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkspaceQuota:
+    """How much the agent's writes may fill. The folder counted, `folder` (the working
+    directory when "", else a folder that holds it, which the sessions working anywhere in
+    it share), holds at most `max_bytes` in its files and `max_entries` files, directories,
+    links and special files together; one write is at most `max_write_bytes`, to a path at
+    most `max_depth` components deep. 0 turns a bound off."""
+
+    max_bytes: int = WORKSPACE_MAX_BYTES
+    max_entries: int = WORKSPACE_MAX_ENTRIES
+    max_write_bytes: int = MAX_WRITE_BYTES
+    max_depth: int = WRITE_MAX_DEPTH
+    folder: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Workspace:
     """The working directory as one tool run sees it, with the run's deadline
-    (`time.monotonic()`; tools call `check_time` as they go)."""
+    (`time.monotonic()`; tools call `check_time` as they go) and the quota its writes are
+    held to (`quota_root`: the folder the quota counts, the root or a folder above it)."""
 
     root: Path
     deadline: float = math.inf
+    quota: WorkspaceQuota = WorkspaceQuota()
+    quota_root: Path | None = None
 
     @classmethod
-    def at(cls, cwd: str, *, deadline: float = math.inf) -> Workspace:
+    def at(
+        cls, cwd: str, *, deadline: float = math.inf, quota: WorkspaceQuota = WorkspaceQuota()
+    ) -> Workspace:
         if not cwd:
             raise ToolFailure("NO_WORKSPACE", "this session has no working directory")
         root = Path(cwd)
@@ -119,7 +154,11 @@ class Workspace:
             root = Path.cwd() / root
         if not root.is_dir():
             raise ToolFailure("NO_WORKSPACE", f"the working directory {cwd} does not exist")
-        return cls(root.resolve(), deadline)
+        root = root.resolve()
+        counted = Path(quota.folder).resolve() if quota.folder else root
+        if counted != root and counted not in root.parents:
+            counted = root  # a folder that does not hold the workspace counts nothing of it
+        return cls(root, deadline, quota, counted)
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
@@ -532,19 +571,187 @@ def _grep(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
     )
 
 
+# --- the workspace quota -----------------------------------------------------------------
+
+# How long a write waits between tries of the quota folder's lock (held by another write).
+QUOTA_LOCK_POLL_S = 0.005
+
+
+@contextlib.contextmanager
+def _quota_turn(ws: Workspace) -> Iterator[int]:
+    """The quota folder open and locked (`flock`) for one write: writes to one folder take
+    turns, in this process and in any other on the machine, so that no two see the same
+    room. Waits no longer than the tool's deadline."""
+    counted = ws.quota_root or ws.root
+    fd = os.open(counted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                ws.check_time()
+                time.sleep(QUOTA_LOCK_POLL_S)
+        yield fd
+    finally:
+        os.close(fd)  # which also releases the lock
+
+
+@dataclass
+class _Usage:
+    """What a folder holds, counted until it passes a bound of the quota."""
+
+    bytes: int = 0
+    entries: int = 0
+
+    def over(self, quota: WorkspaceQuota) -> bool:
+        return bool(
+            (quota.max_bytes and self.bytes > quota.max_bytes)
+            or (quota.max_entries and self.entries > quota.max_entries)
+        )
+
+
+def _usage(ws: Workspace, folder_fd: int) -> _Usage:
+    """The bytes of the regular files and the count of all entries (files, directories,
+    links and special files; links not followed) under the open folder, depth first with
+    one descriptor a level. The count stops once it passes a bound: the folder is full
+    whatever the rest holds."""
+    used = _Usage()
+    stack: list[tuple[int, Iterator[str]]] = []
+
+    def enter(fd: int) -> None:
+        stack.append((fd, iter(())))  # on the stack first: closed below whatever happens
+        stack[-1] = (fd, iter(_count_dir(ws, fd, used)))
+
+    try:
+        enter(os.dup(folder_fd))
+        while stack and not used.over(ws.quota):
+            fd, subdirs = stack[-1]
+            name = next(subdirs, None)
+            if name is None:
+                os.close(fd)
+                stack.pop()
+                continue
+            if len(stack) >= MAX_MEASURED_DEPTH:
+                raise ToolFailure(
+                    "QUOTA_EXCEEDED",
+                    f"the workspace nests directories more than {MAX_MEASURED_DEPTH} deep, "
+                    "too deep to measure against its quota; nothing can be written to it",
+                )
+            ws.check_time()
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # went away, or became a link, since it was listed
+            enter(child)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+    return used
+
+
+def _count_dir(ws: Workspace, fd: int, used: _Usage) -> list[str]:
+    """Count the entries of the open directory into `used`; the names of its directories."""
+    subdirs: list[str] = []
+    with os.scandir(fd) as scan:
+        for entry in scan:
+            used.entries += 1
+            if used.entries % 1024 == 0:
+                ws.check_time()
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.name)
+                elif entry.is_file(follow_symlinks=False):
+                    used.bytes += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue  # went away since it was listed
+            if used.over(ws.quota):
+                break
+    return subdirs
+
+
+def _what_write_adds(ws: Workspace, parts: tuple[str, ...]) -> tuple[int, int]:
+    """`(entries, bytes replaced)`: how many files and directories a write to `parts` would
+    make, and the size of the file it would overwrite. Nothing is made; a link or another
+    obstacle on the way is left for the write itself to report."""
+    fd = os.open(ws.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, name in enumerate(parts[:-1]):
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                return len(parts) - index, 0
+            except OSError:
+                return 0, 0
+            os.close(fd)
+            fd = child
+        try:
+            info = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return 1, 0
+        except OSError:
+            return 0, 0
+        return 0, info.st_size if stat.S_ISREG(info.st_mode) else 0
+    finally:
+        os.close(fd)
+
+
+def _check_quota(
+    ws: Workspace, folder_fd: int, parts: tuple[str, ...], shown: str, size: int
+) -> None:
+    """Refuse (`QUOTA_EXCEEDED`, naming the bound) a write of `size` bytes to `parts` that
+    would take the quota's folder past its file count or its bytes."""
+    quota = ws.quota
+    if not (quota.max_bytes or quota.max_entries):
+        return
+    added, replaced = _what_write_adds(ws, parts)
+    used = _usage(ws, folder_fd)
+    if quota.max_entries and used.entries + added > quota.max_entries:
+        held = f"{used.entries}" if used.entries <= quota.max_entries else "more than that"
+        raise ToolFailure(
+            "QUOTA_EXCEEDED",
+            f"{shown}: the workspace's quota is {quota.max_entries} files and directories; "
+            f"it holds {held}, and this write would add {added}. Delete files or write "
+            "into existing ones.",
+        )
+    after = used.bytes - replaced + size
+    if quota.max_bytes and after > quota.max_bytes:
+        held = f"{used.bytes}" if used.bytes <= quota.max_bytes else "more than that"
+        raise ToolFailure(
+            "QUOTA_EXCEEDED",
+            f"{shown}: the workspace's quota is {quota.max_bytes} bytes in all its files; "
+            f"they hold {held}, and this write of {size} bytes would pass it.",
+        )
+
+
 def _write_file(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
     content = args.get("content")
     if not isinstance(content, str):
         raise ToolFailure("INVALID_ARGUMENTS", "content must be a string")
     data = content.encode("utf-8")
-    if len(data) > MAX_WRITE_BYTES:
+    quota = ws.quota
+    if quota.max_write_bytes and len(data) > quota.max_write_bytes:
         raise ToolFailure(
-            "TOO_LARGE", f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}"
+            "TOO_LARGE",
+            f"content is {len(data)} bytes; one write is at most {quota.max_write_bytes} bytes",
         )
     shown = str(args.get("path"))
     parts = ws.parts(args.get("path"))
     if not parts:
         raise ToolFailure("NOT_A_FILE", f"{shown}: is the working directory itself")
+    if quota.max_depth and len(parts) > quota.max_depth:
+        raise ToolFailure(
+            "PATH_TOO_DEEP",
+            f"{shown}: the path is {len(parts)} components deep; a write goes at most "
+            f"{quota.max_depth} deep",
+        )
+    with _quota_turn(ws) as counted:
+        _check_quota(ws, counted, parts, shown, len(data))
+        return _write_within(ws, parts, shown, data)
+
+
+def _write_within(ws: Workspace, parts: tuple[str, ...], shown: str, data: bytes) -> ToolOutcome:
+    """Create or overwrite the file `parts` (its directories made on the way) with `data`."""
     parent = ws.open_dir(parts[:-1], shown=shown, create=True)
     try:
         created = True
@@ -686,16 +893,23 @@ def check_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> str |
 
 @dataclass
 class Toolbox:
-    """The tools a session may use, bound to its working directory."""
+    """The tools a session may use, bound to its working directory and its quota."""
 
     cwd: str
     tools: dict[str, Tool] = field(default_factory=dict)
     timeout_s: float = 30.0
+    quota: WorkspaceQuota = WorkspaceQuota()
 
     @classmethod
-    def for_session(cls, names: Sequence[str], cwd: str, timeout_s: float = 30.0) -> Toolbox:
+    def for_session(
+        cls,
+        names: Sequence[str],
+        cwd: str,
+        timeout_s: float = 30.0,
+        quota: WorkspaceQuota = WorkspaceQuota(),
+    ) -> Toolbox:
         chosen = {n: BUILTIN_TOOLS[n] for n in names if n in BUILTIN_TOOLS}
-        return cls(cwd=cwd, tools=chosen, timeout_s=timeout_s)
+        return cls(cwd=cwd, tools=chosen, timeout_s=timeout_s, quota=quota)
 
     def schemas(self) -> list[JSON]:
         return [tool.schema() for tool in self.tools.values()]
@@ -715,7 +929,7 @@ class Toolbox:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 return await asyncio.get_running_loop().run_in_executor(
-                    _tool_threads(), _run_sync, tool, self.cwd, args, deadline
+                    _tool_threads(), _run_sync, tool, self.cwd, args, deadline, self.quota
                 )
         except TimeoutError:
             return ToolOutcome(
@@ -749,11 +963,13 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TOOL_NICENESS)
 
 
-def _run_sync(tool: Tool, cwd: str, args: Mapping[str, Any], deadline: float) -> ToolOutcome:
+def _run_sync(
+    tool: Tool, cwd: str, args: Mapping[str, Any], deadline: float, quota: WorkspaceQuota
+) -> ToolOutcome:
     # The awaiting side gives up at the deadline; the deadline in the workspace makes the
     # thread itself stop soon after, instead of working on unseen.
     try:
-        return tool.run(Workspace.at(cwd, deadline=deadline), args)
+        return tool.run(Workspace.at(cwd, deadline=deadline, quota=quota), args)
     except ToolFailure as exc:
         return ToolOutcome(str(exc), True, exc.code)
     except OSError as exc:

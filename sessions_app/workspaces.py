@@ -17,6 +17,12 @@ of folders, or an object of folders by label::
 A granted folder is labelled by its own name unless given a label. Users cannot grant
 themselves anything.
 
+The agent's writes are held to a quota (`run_limits`, from the `STRAND_WORKSPACE_*` settings):
+bytes and entries of the owner's own folder when the session works in it or inside it (all
+their sessions there share one quota, however they spread over subfolders), else of the
+session's working directory itself (a granted folder, which others may share, is not
+counted whole); and the size and depth of one write.
+
 What users see is relative: `~` is the owner's own folder (`~/project` a folder inside it),
 `@label` a granted folder. The server's absolute paths are never shown, and users may type
 these forms (or a path relative to their folder) where a working directory is asked for.
@@ -31,6 +37,8 @@ from typing import Any
 
 from django.conf import settings
 
+from runtime.config import DEFAULT_MAX_TOOL_CALLS_PER_REPLY, RunLimits
+from runtime.tools import WorkspaceQuota
 from sessions_app.errors import DomainError
 
 OWN = "~"
@@ -189,3 +197,34 @@ def display_cwd(owner: Any, cwd: str) -> str:
         if folder in path.parents:
             return f"{name}/{path.relative_to(folder).as_posix()}"
     return OUTSIDE
+
+
+def quota_folder(owner: Any, cwd: str) -> str:
+    """The folder whose quota the agent's writes in `cwd` count against: the owner's own
+    folder when `cwd` lies in it, else `cwd` itself; "" without a working directory."""
+    if not cwd:
+        return ""
+    own = own_folder(owner)
+    if own is not None:
+        own = Path(os.path.realpath(own))
+        if _inside(Path(cwd), own):
+            return str(own)
+    return cwd
+
+
+def run_limits(owner: Any, cwd: str) -> RunLimits:
+    """The server's limits on the agent of a session of `owner` working in `cwd`."""
+    default = WorkspaceQuota()
+    quota = WorkspaceQuota(
+        max_bytes=_setting("STRAND_WORKSPACE_MAX_BYTES", default.max_bytes),
+        max_entries=_setting("STRAND_WORKSPACE_MAX_FILES", default.max_entries),
+        max_write_bytes=_setting("STRAND_WORKSPACE_MAX_WRITE_BYTES", default.max_write_bytes),
+        max_depth=_setting("STRAND_WORKSPACE_MAX_DEPTH", default.max_depth),
+        folder=quota_folder(owner, cwd),
+    )
+    calls = _setting("STRAND_MAX_TOOL_CALLS_PER_REPLY", DEFAULT_MAX_TOOL_CALLS_PER_REPLY)
+    return RunLimits(max_tool_calls_per_reply=calls, workspace=quota)
+
+
+def _setting(name: str, default: int) -> int:
+    return max(int(getattr(settings, name, default)), 0)

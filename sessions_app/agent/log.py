@@ -43,7 +43,8 @@ def _setup(session_id: str) -> SessionSetup:
     if session is None:
         raise NotFound(f"no session {session_id}")
     preset = presets.preset_for_turn(session.preset)
-    return SessionSetup(preset, workspaces.cwd_for_turn(session.owner, session.cwd))
+    cwd = workspaces.cwd_for_turn(session.owner, session.cwd)
+    return SessionSetup(preset, cwd, workspaces.run_limits(session.owner, cwd))
 
 
 def _last_event(

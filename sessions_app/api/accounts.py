@@ -44,5 +44,6 @@ def token_create(request: HttpRequest, body: TokenIn) -> Any:
 
 @router.delete("/tokens/{token_id}", response={204: None, ERRORS: ErrorOut})
 def token_revoke(request: HttpRequest, token_id: int) -> Any:
+    ratelimit.rate_hit(auth_user(request), "revoke")
     tokens.token_revoke(auth_user(request), token_id)
     return Status(204, None)

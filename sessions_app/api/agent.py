@@ -63,7 +63,9 @@ def message_follow_up(request: HttpRequest, session_id: uuid.UUID, body: Message
 
 @router.post("/sessions/{session_id}/cancel", response={202: CancelOut, ERRORS: ErrorOut})
 def turn_cancel(request: HttpRequest, session_id: uuid.UUID) -> Any:
-    session = access.session_for(auth_user(request), session_id, write=True)
+    user = auth_user(request)
+    session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "cancel")
     return Status(202, {"running": agent.agent_cancel(session)})
 
 
@@ -128,6 +130,7 @@ def approval_decide(
     session = access.session_for(user, session_id, write=True)
     if len(approval_id) > 64:
         raise DomainError("an approval id is at most 64 characters")
+    ratelimit.rate_hit(user, "approval")
     agent.agent_decide_approval(session, approval_id, outcome=body.outcome, by=user.get_username())
     return Status(204, None)
 

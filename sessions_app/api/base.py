@@ -21,8 +21,11 @@ Every costly door is rate limited per user (`sessions_app.services.ratelimit`, s
 sending a message, steering or following up [message], importing [import], appending events
 [append], creating [session] and forking [fork] sessions, navigating with a summary
 [summary], compacting [compact], replaying a recorded request [replay], filtering the
-list by `q` [search] and making tokens [token]. The hit is counted before any work, so a
-refused request (429) changes nothing.
+list by `q` [search] and making tokens [token]; and the small writes, each an event every
+viewer is sent or a row: renaming [rename], moving the leaf (PUT …/leaf, navigating without
+a summary) [navigate], deciding approvals [approval], cancelling [cancel], deleting sessions
+[delete] and revoking tokens [revoke]. The hit is counted before any work, so a refused
+request (429) changes nothing.
 """
 
 from __future__ import annotations

@@ -238,7 +238,9 @@ def leaf_get(request: HttpRequest, session_id: uuid.UUID) -> Any:
 def leaf_move(request: HttpRequest, session_id: uuid.UUID, body: LeafIn) -> Any:
     """Point the current leaf at exactly this entry (null: the next entry starts a root).
     Refused with 409 while a turn runs, as every leaf move is."""
-    session = access.session_for(auth_user(request), session_id, write=True)
+    user = auth_user(request)
+    session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "navigate")
     result = services.session_move_leaf(session=session, to=body.entry_id)
     return {"leaf_entry_id": result.leaf_entry_id, "last_seq": result.last_seq}
 
@@ -249,8 +251,9 @@ async def navigate(request: HttpRequest, session_id: uuid.UUID, body: NavigateIn
     parent and returns its text for editing; `summarize` leaves a summary of the branch.
     (Async: a summary waits for the model, and no server thread should wait with it.)"""
     session = await sync_to_async(access.session_for)(auth_user(request), session_id, write=True)
-    if body.summarize:
-        await sync_to_async(ratelimit.rate_hit)(auth_user(request), "summary")
+    # A summary is a model call, counted as such; a plain move is a click in the tree.
+    scope = "summary" if body.summarize else "navigate"
+    await sync_to_async(ratelimit.rate_hit)(auth_user(request), scope)
     return await agent.aagent_navigate(
         session, body.entry_id, summarize=body.summarize, instructions=body.instructions
     )

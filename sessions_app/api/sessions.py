@@ -169,7 +169,9 @@ def session_get(request: HttpRequest, session_id: uuid.UUID) -> Any:
 
 @router.patch("/sessions/{session_id}", response={200: SessionOut, ERRORS: ErrorOut})
 def session_rename(request: HttpRequest, session_id: uuid.UUID, body: SessionRenameIn) -> Any:
-    session = access.session_for(auth_user(request), session_id, write=True)
+    user = auth_user(request)
+    session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "rename")
     return services.session_rename(session=session, title=body.title)
 
 
@@ -178,6 +180,7 @@ def session_delete(request: HttpRequest, session_id: uuid.UUID) -> Any:
     """Delete a session and its whole history (audited). Refused while a turn runs."""
     user = auth_user(request)
     session = access.session_for(user, session_id, write=True)
+    ratelimit.rate_hit(user, "delete")
     if selectors.session_turn_state(session).running:
         raise store.ConcurrencyError(session.last_seq, session.last_seq)
     services.session_delete(session=session, by=user)

@@ -8,7 +8,8 @@ with `RateLimited`, which the API answers with 429 and `Retry-After`.
 
 Limits come from `settings.STRAND_RATE_LIMITS`, a mapping of scope to `(requests, seconds)`;
 scopes not named there use `DEFAULT_LIMITS`. A limit of 0 requests turns the scope off.
-Every costly door counts one hit before it does any work, so a refused request writes
+Every door that writes (but sign-in, throttled by django-axes, and the staff-only admin)
+counts one hit before it does any work, so a refused request writes
 nothing but its own counter: the API answers 429 with `Retry-After` and the JSON error,
 the pages a 429 page or flash message (`sessions_app.web.limit_responses`).
 
@@ -55,6 +56,23 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     "search": (60, 60),
     # Making API tokens.
     "token": (10, 3600),
+    # The small writes, each an event (or a row) that every viewer of the session is sent:
+    # generous for a person clicking, tight for a script looping over the door.
+    # Renaming a session (page and API).
+    "rename": (30, 60),
+    # Moving the leaf without a summary: a click in the tree (page), PUT …/leaf and
+    # POST …/navigate (API). The tree is clicked a lot, so two a second for a minute.
+    "navigate": (120, 60),
+    # Labelling an entry (page; the API's labels are appended events, counted as append).
+    "label": (60, 60),
+    # Deciding an approval: a reply may ask for up to STRAND_MAX_TOOL_CALLS_PER_REPLY.
+    "approval": (120, 60),
+    # Cancelling a turn.
+    "cancel": (60, 60),
+    # Deleting a session: its whole history goes, in one audited transaction.
+    "delete": (60, 600),
+    # Revoking API tokens.
+    "revoke": (60, 3600),
 }
 
 # How the pages name each scope when they refuse a request ("Too many …").
@@ -69,6 +87,13 @@ SCOPE_NAMES: Mapping[str, str] = {
     "replay": "replays",
     "search": "searches",
     "token": "new tokens",
+    "rename": "renames",
+    "navigate": "moves in the tree",
+    "label": "labels",
+    "approval": "approval decisions",
+    "cancel": "cancels",
+    "delete": "deletions",
+    "revoke": "token revocations",
 }
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -236,6 +236,7 @@ def _form_errors(form: Any) -> str:
 @require_POST
 def session_rename(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "rename")
     form = RenameForm(request.POST)
     if form.is_valid():
         try:
@@ -253,6 +254,7 @@ def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
     session = _session_or_404(request, session_id, write=True)
     if request.method == "GET":
         return render(request, "sessions/delete.html", {"session": session})
+    ratelimit.rate_hit(request.user, "delete")
     title = str(session)
     services.session_delete(session=session, by=request.user)  # type: ignore[arg-type]
     messages.success(request, f"Deleted “{title}”.")
@@ -264,6 +266,7 @@ def session_delete(request: HttpRequest, session_id: Any) -> HttpResponseBase:
 def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Move the current leaf (a click in the tree); the views follow it."""
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "navigate")
     query = _return_query(request).view_only()
     form = LeafForm(request.POST)
     if not form.is_valid():
@@ -282,6 +285,7 @@ def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
 @require_POST
 def session_label(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "label")
     form = LabelForm(request.POST)
     query = _return_query(request)
     if not form.is_valid():
@@ -469,11 +473,10 @@ def session_retry(request: HttpRequest, session_id: Any) -> HttpResponse:
         messages.error(request, "That is not an entry of this session.")
         return _after_write(request, session, query)
 
-    def retry() -> None:
-        ratelimit.rate_hit(request.user, "message")
-        agent_retry(session.id, entry_id)
-
-    _agent_call(request, retry)
+    # Counted outside `_agent_call`, which would turn the refusal into a message: over the
+    # limit the page answers 429 like every other limited door.
+    ratelimit.rate_hit(request.user, "message")
+    _agent_call(request, lambda: agent_retry(session.id, entry_id))
     session = selectors.session_reloaded(session)
     return _after_write(request, session, replace(query, leaf=None, entry=None))
 
@@ -484,6 +487,7 @@ def session_cancel(request: HttpRequest, session_id: Any) -> HttpResponse:
     from sessions_app.agent import agent_cancel
 
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "cancel")
     _agent_call(request, lambda: agent_cancel(session.id))
     return _after_write(request, session, _return_query(request))
 
@@ -494,6 +498,7 @@ def session_approval(request: HttpRequest, session_id: Any, approval_id: str) ->
     from sessions_app.agent import agent_decide_approval
 
     session = _session_or_404(request, session_id, write=True)
+    ratelimit.rate_hit(request.user, "approval")
     form = ApprovalForm(request.POST)
     if form.is_valid():
         outcome = form.cleaned_data["outcome"]

@@ -4,7 +4,10 @@ cannot number its appended events into turns and steps.
 
 Each door is tried for real (the API through HTTP with a token or a signed-in browser, the
 pages through their forms) with a limit of one request an hour: the first request does its
-work, the second, of the same kind, is refused and leaves the database as it was.
+work, the second, of the same kind, is refused and leaves the database as it was. The small
+writes (renames, leaf moves, labels, approval decisions, cancels, deletions, token
+revocations) are limited as the costly ones are: each is an event every viewer is sent, or a
+row, and a script could otherwise send them as fast as the server answers.
 """
 
 from __future__ import annotations
@@ -18,10 +21,19 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import services, store
+from sessions_app import agent, services, store
 from sessions_app.models import ApiToken, Entry, Event, Session
-from sessions_app.services import demo
-from tests.api.conftest import Api, body_of, cookie_api, user_msg, wait_idle
+from sessions_app.services import demo, tokens
+from tests.api.conftest import (
+    OFFLINE_PRESET,
+    Api,
+    body_of,
+    cookie_api,
+    token_api,
+    user_msg,
+    wait_for,
+    wait_idle,
+)
 from tests.web.conftest import client_for, conversation, message
 
 ONE_AN_HOUR = (1, 3600)
@@ -134,6 +146,108 @@ def test_limits_count_per_user(as_alice: Api, as_bob: Api, settings: Any) -> Non
     assert as_alice.post("/sessions", {"title": "alice's"}).status_code == 201
     assert as_alice.post("/sessions", {"title": "again"}).status_code == 429
     assert as_bob.post("/sessions", {"title": "bob's"}).status_code == 201
+
+
+# --- the API's small writes ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_renames_are_limited(as_alice: Api, alice: User, settings: Any) -> None:
+    limit(settings, "rename")
+    session = services.session_create(owner=alice, title="first")
+    assert as_alice.patch(f"/sessions/{session.id}", {"title": "second"}).status_code == 200
+    before = writes()
+    assert_refused_by_api(as_alice.patch(f"/sessions/{session.id}", {"title": "third"}), "rename")
+    assert writes() == before
+    session.refresh_from_db()
+    assert session.title == "second"
+
+
+@pytest.mark.django_db
+def test_leaf_moves_are_limited_whether_put_or_navigated(
+    as_alice: Api, alice: User, settings: Any
+) -> None:
+    limit(settings, "navigate")
+    session = services.session_create(owner=alice, title="a tree")
+    first, _second = store.append_events(
+        session.id, 0, [user_msg("first"), user_msg("second")]
+    ).entry_ids
+    moved = as_alice.put(f"/sessions/{session.id}/leaf", {"entry_id": first})
+    assert moved.status_code == 200, moved.content
+    before = writes()
+    assert_refused_by_api(
+        as_alice.put(f"/sessions/{session.id}/leaf", {"entry_id": None}), "navigate"
+    )
+    refused = as_alice.post(f"/sessions/{session.id}/navigate", {"entry_id": first})
+    assert_refused_by_api(refused, "navigate")
+    assert writes() == before
+    session.refresh_from_db()
+    assert session.leaf_entry_id == first
+
+
+@pytest.mark.django_db
+def test_session_deletion_is_limited(as_alice: Api, alice: User, settings: Any) -> None:
+    limit(settings, "delete")
+    one, two = (services.session_create(owner=alice, title=t) for t in ("one", "two"))
+    assert as_alice.delete(f"/sessions/{one.id}").status_code == 204
+    before = writes()
+    assert_refused_by_api(as_alice.delete(f"/sessions/{two.id}"), "delete")
+    assert writes() == before
+    assert Session.objects.filter(id=two.id).exists()
+
+
+@pytest.mark.django_db
+def test_token_revocation_is_limited(as_alice: Api, alice: User, settings: Any) -> None:
+    limit(settings, "revoke")
+    one, _ = tokens.token_create(alice, "one")
+    two, two_plain = tokens.token_create(alice, "two")
+    assert as_alice.delete(f"/tokens/{one.pk}").status_code == 204
+    assert_refused_by_api(as_alice.delete(f"/tokens/{two.pk}"), "revoke")
+    two.refresh_from_db()
+    assert two.revoked_at is None
+    still = Api(Client(HTTP_AUTHORIZATION=f"Bearer {two_plain}"))
+    assert still.get("/me").status_code == 200
+
+
+def waiting_turn(api: Api, owner: User, text: str = "write a.txt: one") -> Session:
+    """A session of `owner` whose turn waits for the approval of a write."""
+    session = services.session_create(owner=owner, title="writes", preset=OFFLINE_PRESET)
+    assert api.post(f"/sessions/{session.id}/messages", {"text": text}).status_code == 202
+    wait_for(lambda: agent.agent_pending_approvals(session))
+    return session
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approval_decisions_are_limited(
+    as_alice: Api, alice: User, workspace_root: Any, settings: Any
+) -> None:
+    limit(settings, "approval")
+    session = waiting_turn(as_alice, alice, "write a.txt: one\nwrite b.txt: two")
+    base = f"/sessions/{session.id}/approvals"
+    first = agent.agent_pending_approvals(session)[0].approval_id
+    assert as_alice.post(f"{base}/{first}", {"outcome": "allowed"}).status_code == 204
+    second = wait_for(
+        lambda: [a for a in agent.agent_pending_approvals(session) if a.approval_id != first]
+    )[0].approval_id
+    before = writes()
+    assert_refused_by_api(as_alice.post(f"{base}/{second}", {"outcome": "allowed"}), "approval")
+    assert writes() == before
+    assert [a.approval_id for a in agent.agent_pending_approvals(session)] == [second]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancels_are_limited(
+    as_alice: Api, alice: User, workspace_root: Any, settings: Any
+) -> None:
+    limit(settings, "cancel")
+    one = waiting_turn(as_alice, alice)
+    assert as_alice.post(f"/sessions/{one.id}/cancel").status_code == 202
+    wait_idle(one)
+    two = waiting_turn(as_alice, alice)
+    before = writes()
+    assert_refused_by_api(as_alice.post(f"/sessions/{two.id}/cancel"), "cancel")
+    assert writes() == before
+    assert agent.agent_turn_status(two) == "running"
 
 
 # --- the API's model calls: compaction and summaries -----------------------------------------
@@ -302,6 +416,121 @@ def test_a_refused_message_leaves_the_composer_and_starts_no_turn(
     refused = browser.post(url, {"text": "again"}, headers=htmx)
     assert_refused_page(refused, "messages")
     assert refused["HX-Retarget"] == "#flash"  # the page, and the typed text, stay
+    assert writes() == before
+
+
+# --- the pages' small writes ---------------------------------------------------------------------
+
+
+HTMX = {"HX-Request": "true"}
+
+
+def assert_refused_in_flash(response: Any, words: str) -> None:
+    """An htmx form refused: the flash area says why, the page stays as it was."""
+    assert_refused_page(response, words)
+    assert response["HX-Retarget"] == "#flash"
+
+
+@pytest.mark.django_db
+def test_the_rename_form_is_limited(alice: User, settings: Any) -> None:
+    limit(settings, "rename")
+    session = conversation(alice, "first")
+    browser = client_for(alice)
+    url = reverse("session-rename", args=[session.id])
+    assert browser.post(url, {"title": "second"}, headers=HTMX).status_code == 200
+    before = writes()
+    assert_refused_in_flash(browser.post(url, {"title": "third"}, headers=HTMX), "renames")
+    assert writes() == before
+    session.refresh_from_db()
+    assert session.title == "second"
+
+
+@pytest.mark.django_db
+def test_clicks_in_the_tree_are_limited(alice: User, settings: Any) -> None:
+    limit(settings, "navigate")
+    session = conversation(alice, "a tree", ("one", "two"), ("three", "four"))
+    first = store.entries_of(session.id)[0].id
+    browser = client_for(alice)
+    url = reverse("session-leaf", args=[session.id])
+    assert browser.post(url, {"entry_id": first}, headers=HTMX).status_code == 200
+    before = writes()
+    refused = browser.post(url, {"entry_id": store.entries_of(session.id)[2].id}, headers=HTMX)
+    assert_refused_in_flash(refused, "moves in the tree")
+    assert writes() == before
+    session.refresh_from_db()
+    assert session.leaf_entry_id == first
+
+
+@pytest.mark.django_db
+def test_the_label_form_is_limited(alice: User, settings: Any) -> None:
+    limit(settings, "label")
+    session = conversation(alice, "labelled")
+    entry = store.entries_of(session.id)[0].id
+    browser = client_for(alice)
+    url = reverse("session-label", args=[session.id])
+    assert browser.post(url, {"entry_id": entry, "label": "start"}).status_code == 302
+    assert Entry.objects.filter(session=session, type="label").count() == 1
+    before = writes()
+    assert_refused_page(browser.post(url, {"entry_id": entry, "label": "again"}), "labels")
+    assert writes() == before
+
+
+@pytest.mark.django_db
+def test_the_delete_form_is_limited(alice: User, settings: Any) -> None:
+    limit(settings, "delete")
+    one, two = conversation(alice, "one"), conversation(alice, "two")
+    browser = client_for(alice)
+    assert browser.post(reverse("session-delete", args=[one.id])).status_code == 302
+    before = writes()
+    refused = browser.post(reverse("session-delete", args=[two.id]))
+    assert_refused_page(refused, "deletions")
+    assert writes() == before
+    # The confirmation page is a read, and still opens.
+    assert browser.get(reverse("session-delete", args=[two.id])).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_approval_and_cancel_forms_are_limited(
+    alice: User, workspace_root: Any, settings: Any
+) -> None:
+    settings.STRAND_RATE_LIMITS = {"approval": ONE_AN_HOUR, "cancel": ONE_AN_HOUR}
+    session = waiting_turn(token_api(alice), alice, "write a.txt: one\nwrite b.txt: two")
+    browser = client_for(alice)
+    first = agent.agent_pending_approvals(session)[0].approval_id
+    decide = reverse("session-approval", args=[session.id, first])
+    assert browser.post(decide, {"outcome": "allowed"}).status_code == 302
+    second = wait_for(
+        lambda: [a for a in agent.agent_pending_approvals(session) if a.approval_id != first]
+    )[0].approval_id
+    before = writes()
+    refused = browser.post(
+        reverse("session-approval", args=[session.id, second]), {"outcome": "allowed"}
+    )
+    assert_refused_page(refused, "approval decisions")
+    assert writes() == before
+    cancel = reverse("session-cancel", args=[session.id])
+    assert browser.post(cancel).status_code == 302
+    wait_idle(session)
+    other = waiting_turn(token_api(alice), alice)
+    before = writes()
+    assert_refused_page(browser.post(reverse("session-cancel", args=[other.id])), "cancels")
+    assert writes() == before
+    assert agent.agent_turn_status(other) == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_retry_form_answers_429_when_limited(alice: User, settings: Any) -> None:
+    session = services.session_create(owner=alice, title="fails", preset=OFFLINE_PRESET)
+    agent.agent_send_message(session.id, "fault 401")
+    wait_idle(session)
+    failed = Event.objects.get(session=session, type="assistant/message").entry_id
+    limit(settings, "message")
+    browser = client_for(alice)
+    url = reverse("session-retry", args=[session.id])
+    assert browser.post(url, {"entry_id": failed}).status_code == 302
+    wait_idle(session)
+    before = writes()
+    assert_refused_page(browser.post(url, {"entry_id": failed}), "messages")
     assert writes() == before
 
 
