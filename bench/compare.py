@@ -45,7 +45,7 @@ def build(owner: Any) -> tuple[Any, recorded.Branches]:
 
 
 def _views(branches: recorded.Branches) -> list[View]:
-    from sessions_app.cursors import cursor_encode
+    from sessions_app.api.cursors import cursor_encode
 
     a, b = branches.leaf_a, branches.leaf_b
     middle = min(branches.entries_a, branches.entries_b) // 2

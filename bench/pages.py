@@ -106,7 +106,7 @@ class _Client:
         from django.conf import settings
         from django.test import Client
 
-        from sessions_app import tokens
+        from sessions_app.services import tokens
 
         signed_in = Client()
         signed_in.force_login(owner)
@@ -138,7 +138,7 @@ class _Client:
 
 def run(report: Report) -> None:
     from sessions_app import services
-    from sessions_app.verify import verify_session
+    from sessions_app.selectors.verify import verify_session
 
     owner = services.user_get_or_create_local(username="bench")
     sessions: dict[int, Any] = {}

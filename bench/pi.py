@@ -172,7 +172,8 @@ def generate(target: Path, size: int, seed: int = 7) -> None:
 
 
 def run(report: Report) -> None:
-    from sessions_app import pi_io, selectors, services
+    from sessions_app import selectors, services
+    from sessions_app.services import pi_io
 
     owner = services.user_get_or_create_local(username="bench")
     RESULTS.mkdir(parents=True, exist_ok=True)

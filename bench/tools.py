@@ -51,8 +51,9 @@ def run(report: Report) -> None:
 def _other_user(report: Report, scratch: Path) -> None:
     import requests
 
-    from sessions_app import services, tokens
+    from sessions_app import services
     from sessions_app.models import Session
+    from sessions_app.services import tokens
 
     roots = scratch / "workspaces"
     roots.mkdir()

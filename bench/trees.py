@@ -177,8 +177,9 @@ def run(report: Report) -> None:
     from django.test import Client
 
     from bench import pages
-    from sessions_app import pi_io, services
+    from sessions_app import services
     from sessions_app.models import Entry
+    from sessions_app.services import pi_io
 
     owner = services.user_get_or_create_local(username="bench")
     client = Client(SERVER_NAME="127.0.0.1")

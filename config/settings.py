@@ -238,7 +238,7 @@ CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
 # no style attributes (data reaches scripts as data-* attributes). Images may be data: URIs
 # (attachments in a conversation are embedded that way). 'self' in connect-src also allows
 # ws:/wss: to the page's own host (CSP Level 3), which the live feed uses. The HTML export
-# answers with its own policy (sessions_app/views.py).
+# answers with its own policy (sessions_app/web/views.py).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
@@ -287,7 +287,7 @@ STRAND_API_PAGE_BYTES = int(os.environ.get("STRAND_API_PAGE_BYTES", str(1024 * 1
 STRAND_WHOLE_READ_BYTES = int(os.environ.get("STRAND_WHOLE_READ_BYTES", str(8 * 1024 * 1024)))
 # Per-user rate limits, as JSON: {"message": [30, 60], "import": [20, 3600]} means 30 messages
 # a minute and 20 imports an hour; [0, N] turns a limit off. Scopes not named keep their
-# defaults (sessions_app.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
+# defaults (sessions_app.services.ratelimit.DEFAULT_LIMITS: also append, session, fork, summary,
 # compact, replay, search, token, and the small writes: rename, navigate, label, approval,
 # cancel, delete and revoke).
 STRAND_RATE_LIMITS = {
@@ -303,11 +303,14 @@ STRAND_MAX_TURNS_PER_PROCESS = int(os.environ.get("STRAND_MAX_TURNS_PER_PROCESS"
 # (0: forever).
 STRAND_APPROVAL_TIMEOUT_S = float(os.environ.get("STRAND_APPROVAL_TIMEOUT_S", "600"))
 # Open websockets re-check their sign-in at once on sign-out and account changes
-# (sessions_app.live_access), and every this many seconds besides (an expired session).
+# (sessions_app.live.access), and every this many seconds besides (an expired session).
 STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
+# The live feed's changes to Twisted and autobahn (sessions_app.live.wire), applied when
+# config/asgi.py loads; 0 serves with both libraries exactly as released.
+STRAND_WIRE_TUNING = _env_bool("STRAND_WIRE_TUNING", True)
 
 # --- Limits: rate-limited pages and sign-in throttling ---------------------------------------
-# A page refused by a rate limit answers 429 (sessions_app.limit_responses). Sign-in is
+# A page refused by a rate limit answers 429 (sessions_app.web.limit_responses). Sign-in is
 # throttled by django-axes: STRAND_SIGNIN_FAILURES failed sign-ins (5) for one user name from
 # one address pause that pair for STRAND_SIGNIN_COOLOFF_MINUTES (15), restarted by each
 # failure meanwhile; other addresses can still sign in as that user, so a stranger cannot
@@ -315,7 +318,7 @@ STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))
 # forwarded (STRAND_TRUSTED_PROXIES below). A success clears the count.
 INSTALLED_APPS += ["axes"]
 MIDDLEWARE += [
-    "sessions_app.limit_responses.RateLimitedPages",
+    "sessions_app.web.limit_responses.RateLimitedPages",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 AUTHENTICATION_BACKENDS = [
@@ -326,12 +329,12 @@ AXES_FAILURE_LIMIT = int(os.environ.get("STRAND_SIGNIN_FAILURES", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("STRAND_SIGNIN_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "sessions_app.limit_responses.signin_paused"
+AXES_LOCKOUT_CALLABLE = "sessions_app.web.limit_responses.signin_paused"
 # Behind proxies that append the client's address to X-Forwarded-For (HAProxy's `option
 # forwardfor`, nginx's `$proxy_add_x_forwarded_for`), how many of them to believe; 0 (the
 # default) believes none and counts by the connection's address.
 STRAND_TRUSTED_PROXIES = int(os.environ.get("STRAND_TRUSTED_PROXIES", "0"))
-AXES_CLIENT_IP_CALLABLE = "sessions_app.limit_responses.client_address"
+AXES_CLIENT_IP_CALLABLE = "sessions_app.web.limit_responses.client_address"
 
 # Folders under which sessions may have their working directory (where the agent's tools
 # read and write), separated by os.pathsep. A new session gets its owner's own folder under

@@ -6,6 +6,7 @@ starts it, in a thread of its own: the request that triggers it does not wait.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Callable
@@ -41,3 +42,21 @@ def recover_open_turns() -> None:
     from sessions_app.agent import agent_startup
 
     agent_startup()
+
+
+def tune_garbage_collection() -> None:
+    """Python's full collections scan every object the process holds; with a thousand
+    websockets that took 170–270 ms every ~6 s while events went out to them, each pause
+    landing on whichever commit was in flight (p99 delivery at 1,000 viewers: ~250 ms, with
+    collections as the slow commits). What is loaded by now (Django, this application) lives
+    as long as the process: `gc.freeze()` leaves it out of every collection, and full
+    collections come after `STRAND_GC_GEN2_THRESHOLD` (1,000; Python's default is 10)
+    collections of the middle generation instead of 10 (with both: p99 ~96 ms, and no pause
+    in 20 s of writing). Cyclic garbage (about 110 objects per closed websocket) then waits
+    longer to be freed."""
+    threshold0, threshold1, _ = gc.get_threshold()
+    gc.set_threshold(
+        threshold0, threshold1, int(os.environ.get("STRAND_GC_GEN2_THRESHOLD", "1000"))
+    )
+    gc.collect()
+    gc.freeze()

@@ -11,5 +11,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
-    path("", include("sessions_app.urls")),
+    path("", include("sessions_app.web.urls")),
 ]

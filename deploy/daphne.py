@@ -34,7 +34,7 @@ def wait_for_port(
 # default listen backlog of 50 the kernel drops the rest of the SYNs, and each such client
 # waits a second or more for its retransmission before daphne even sees it.
 BACKLOG = 2048
-# Handshakes are kept few by admission (`sessions_app.live_admission`), so this is a
+# Handshakes are kept few by admission (`sessions_app.live.admission`), so this is a
 # backstop: daphne's default, 5 s, dropped admitted sockets on a busy machine.
 CONNECT_TIMEOUT_S = 30
 # The live feed is one-way (the server sends; what a browser sends is ignored), so a

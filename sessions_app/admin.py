@@ -1,7 +1,7 @@
 """Sessions, events and entries in the Django admin. Events and entries are read-only.
 
 The audit of model requests (what was sent to which model, what changed, what it cost) is
-in `sessions_app.admin_audit`.
+in `sessions_app.audit.admin`.
 """
 
 from __future__ import annotations
@@ -127,4 +127,4 @@ class ApiTokenAdmin(ReadOnlyAdmin):
 
 
 # The request audit (the audit desk) registers itself.
-from sessions_app import admin_audit  # noqa: E402, F401
+from sessions_app.audit import admin as admin_audit  # noqa: E402, F401

@@ -16,8 +16,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sessions_app.limits import ENTRY_ID_MAX
+
 JSON = dict[str, Any]
-ENTRY_KEY_MAX = 64
+ENTRY_KEY_MAX = ENTRY_ID_MAX
 
 
 class EventError(ValueError):

@@ -13,7 +13,7 @@ Channel-layer messages, to the group `session.<session id>` or one socket's chan
      "kind": "text" | "thinking" | "tool_call", "block": str, "text": str,
      "name": str | None}
 
-Frames to the client: see `sessions_app.consumers`.
+Frames to the client: see `sessions_app.live.consumers`.
 """
 
 from __future__ import annotations

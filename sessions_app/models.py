@@ -187,7 +187,7 @@ class SessionDeletion(models.Model):
 
 class ApiToken(models.Model):
     """A personal API token (`Authorization: Bearer …`). Only a digest of the token is kept:
-    the token itself is shown once, when it is made (`sessions_app.tokens`)."""
+    the token itself is shown once, when it is made (`sessions_app.services.tokens`)."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="strand_tokens"
@@ -213,7 +213,7 @@ class RateCounter(models.Model):
     """Fixed-window rate limit counters, one row per (user, scope, window start).
 
     Kept in Postgres so that every server process counts against the same limit; rows of
-    past windows are deleted as new windows open (`sessions_app.ratelimit`)."""
+    past windows are deleted as new windows open (`sessions_app.services.ratelimit`)."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     scope = models.CharField(max_length=32)

@@ -1,4 +1,5 @@
-"""Response bodies made a chunk at a time, for the whole-session exports.
+"""Response bodies made a chunk at a time, for the exports of every door (a session's
+Pi file and HTML page, the audit desk's CSV and JSON lines).
 
 Under ASGI Django reads a synchronous iterator into memory whole before it sends a byte, so
 an export handed to `StreamingHttpResponse` goes through `streamed`: under ASGI an

@@ -22,17 +22,15 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.conf import settings
 
 from runtime import NotFound
+from sessions_app.agent.lock import LockHolder
+from sessions_app.limits import RateLimited, duration_words
 from sessions_app.models import Session
-from sessions_app.ratelimit import RateLimited, duration_words
 from sessions_app.selectors import turns as turn_reads
-
-if TYPE_CHECKING:
-    from sessions_app.agent.engine import Engine
 
 DEFAULT_PER_USER = 8
 DEFAULT_PER_PROCESS = 64
@@ -116,16 +114,23 @@ class ProcessTurns:
             self.open = max(self.open - 1, 0)
 
 
+class PlaceHolder(LockHolder, Protocol):
+    """What a turn's place needs of the engine: the lock holder's parts and the process's
+    count of open turns."""
+
+    turns: ProcessTurns
+
+
 class TurnPlace:
     """A turn's place, held until the run ends (`runtime.ports.TurnLock`)."""
 
-    def __init__(self, engine: Engine, key: int | None) -> None:
+    def __init__(self, engine: PlaceHolder, key: int | None) -> None:
         self._engine = engine
         self._key = key
         self._released = False
 
     @classmethod
-    def take(cls, engine: Engine, session_id: str) -> TurnPlace:
+    def take(cls, engine: PlaceHolder, session_id: str) -> TurnPlace:
         """A place for one more turn of the session's owner, or `TurnsCapped`."""
         engine.turns.enter(per_process())
         try:

@@ -33,9 +33,9 @@ from django.conf import settings
 from django.db import connection, connections
 
 from runtime import Runtime
-from sessions_app import store
+from sessions_app import pg, store
 from sessions_app.agent.admission import ProcessTurns
-from sessions_app.agent.lock import ProcessLocks, conninfo
+from sessions_app.agent.lock import ProcessLocks
 from sessions_app.agent.log import PostgresLog
 from sessions_app.turn_lock import turn_lock_key
 
@@ -116,7 +116,9 @@ class Engine:
     async def _listen(self) -> None:
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(**conninfo(), autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    **pg.connection_params(), autocommit=True
+                )
             except (psycopg.Error, OSError):
                 log.warning("agent listener: cannot connect to Postgres; retrying")
                 await asyncio.sleep(1.0)

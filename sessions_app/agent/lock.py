@@ -35,30 +35,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import psycopg
-from django.db import connections
 
+from sessions_app import pg
 from sessions_app.turn_lock import turn_lock_key
 
-if TYPE_CHECKING:
-    from sessions_app.agent.engine import Engine
-
 log = logging.getLogger("strand.agent")
-
-
-def conninfo() -> dict[str, Any]:
-    """Connection parameters for the agent's own psycopg connections (lock, listener)."""
-    settings = connections["default"].settings_dict
-    info = {
-        "dbname": settings.get("NAME"),
-        "user": settings.get("USER"),
-        "password": settings.get("PASSWORD"),
-        "host": settings.get("HOST"),
-        "port": settings.get("PORT"),
-    }
-    return {key: value for key, value in info.items() if value}
 
 
 class ProcessLocks:
@@ -141,7 +126,7 @@ class ProcessLocks:
         """The lock connection; a new one takes back the keys the old one held."""
         if self._conn is not None and not self._conn.closed:
             return self._conn
-        self._conn = psycopg.connect(**conninfo(), autocommit=True)
+        self._conn = psycopg.connect(**pg.connection_params(), autocommit=True)
         for key in sorted(self._held):
             row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
             if not row or not row[0]:
@@ -158,16 +143,29 @@ class ProcessLocks:
                 conn.close()
 
 
+T = TypeVar("T")
+
+
+class LockHolder(Protocol):
+    """What a turn lock needs of the engine that runs it (`sessions_app.agent.engine`): its
+    database threads and the process's lock connection. Named here, so the lock does not
+    import the engine that imports it."""
+
+    locks: ProcessLocks
+
+    def db(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]: ...
+
+
 class PgTurnLock:
     """A session's turn lock, held on the process's lock connection until released or
     until this process dies (Postgres then drops it with the connection)."""
 
-    def __init__(self, engine: Engine, key: int) -> None:
+    def __init__(self, engine: LockHolder, key: int) -> None:
         self._engine = engine
         self._key = key
 
     @classmethod
-    def try_take(cls, engine: Engine, session_id: str) -> PgTurnLock | None:
+    def try_take(cls, engine: LockHolder, session_id: str) -> PgTurnLock | None:
         key = turn_lock_key(session_id)
         if not engine.locks.try_take(key):
             return None

@@ -4,21 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from projections.chat import NOT_STARTED, OUTCOME_UNKNOWN
 from projections.records import EntryRecord, EventRecord
 from runtime import NotFound
 from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
 from sessions_app import presets, store, workspaces
-from sessions_app.agent.admission import TurnPlace
+from sessions_app.agent.admission import PlaceHolder, TurnPlace
 from sessions_app.agent.lock import PgTurnLock
 from sessions_app.selectors import context, events
 from sessions_app.selectors import runtime as reads
-
-if TYPE_CHECKING:
-    from sessions_app.agent.engine import Engine
-
 
 # What closes work already under way: a turn or step ending, and the synthetic results of
 # tool calls that will never run. Past the storage quota these are still written (counted,
@@ -70,10 +66,19 @@ def _last_event(
     return events.latest_event(session_id, types, before_seq=before_seq)
 
 
+class LogEngine(PlaceHolder, Protocol):
+    """What the log needs of the engine (`sessions_app.agent.engine`, which builds the log
+    and so is not imported here): database threads, turn locks and places, wake-ups."""
+
+    def poke(self, session_id: str, seq: int) -> None: ...
+
+    async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None: ...
+
+
 class PostgresLog:
     """The runtime's store: one engine's database threads, its wake-ups and its lock."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: LogEngine) -> None:
         self._engine = engine
 
     async def append(

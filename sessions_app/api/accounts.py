@@ -8,9 +8,10 @@ from django.http import HttpRequest
 from ninja import Router
 from ninja.responses import Status
 
-from sessions_app import access, ratelimit, tokens
+from sessions_app import access
 from sessions_app.api.base import ERRORS, auth_user
-from sessions_app.schemas import ErrorOut, MeOut, TokenCreatedOut, TokenIn, TokenOut
+from sessions_app.api.schemas import ErrorOut, MeOut, TokenCreatedOut, TokenIn, TokenOut
+from sessions_app.services import ratelimit, tokens
 
 router = Router(tags=["accounts"])
 

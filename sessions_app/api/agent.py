@@ -12,11 +12,9 @@ from django.urls import reverse
 from ninja import Router
 from ninja.responses import Status
 
-from sessions_app import access, agent, ratelimit, replay, selectors
+from sessions_app import access, agent, selectors
 from sessions_app.api.base import ERRORS, auth_user
-from sessions_app.errors import DomainError
-from sessions_app.presets import preset_name_of
-from sessions_app.schemas import (
+from sessions_app.api.schemas import (
     ApprovalDecisionIn,
     ApprovalOut,
     CancelOut,
@@ -30,6 +28,9 @@ from sessions_app.schemas import (
     SentOut,
     plain,
 )
+from sessions_app.errors import DomainError
+from sessions_app.presets import preset_name_of
+from sessions_app.services import ratelimit, replay
 
 router = Router(tags=["sessions"])
 

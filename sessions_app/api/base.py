@@ -5,7 +5,7 @@ call one service or selector plus a projection, return a schema.
 
 Accounts. Browsers use the Django session cookie; every unsafe request made with it must
 carry the CSRF token. Programs send a personal token as `Authorization: Bearer …`
-(`sessions_app.tokens`). A bearer token that is unknown or revoked is refused with 401
+(`sessions_app.services.tokens`). A bearer token that is unknown or revoked is refused with 401
 even when a session cookie comes along.
 
 Errors. Every refusal is JSON `{"error": code, "detail": text}` (409 adds `current_seq`,
@@ -21,7 +21,7 @@ session cookie, text fields have lengths set in `schemas.py`, an event at most
 `STRAND_MAX_IMPORT_BYTES`. A read that is not paged (a model context, a comparison's
 contexts) gathers at most `STRAND_WHOLE_READ_BYTES` (8 MiB) of stored data: past it, 413
 with what to read instead (the chat window's `older_cursor`, the entries' pages).
-Every costly door is rate limited per user (`sessions_app.ratelimit`, scopes in brackets):
+Every costly door is rate limited per user (`sessions_app.services.ratelimit`, scopes in brackets):
 sending a message, steering or following up [message], importing [import], appending events
 [append], creating [session] and forking [fork] sessions, navigating with a summary
 [summary], compacting [compact], replaying a recorded request [replay], filtering the
@@ -60,11 +60,12 @@ from ninja.renderers import JSONRenderer
 from projections.request import RequestNotFound
 from runtime import AgentError
 from runtime.config import ConfigError
-from sessions_app import ratelimit, selectors, store
+from sessions_app import selectors, store
 from sessions_app.api.auth import BearerToken, CsrfRefused, SessionCookie
 from sessions_app.bad_input import finite_float
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
+from sessions_app.services import ratelimit
 
 log = logging.getLogger("strand.api")
 

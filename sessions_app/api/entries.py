@@ -14,11 +14,10 @@ from ninja.responses import Status
 
 from projections.records import EntryRecord
 from projections.tree import TreeRow
-from sessions_app import access, agent, ratelimit, selectors, services, store
+from sessions_app import access, agent, selectors, services, store
 from sessions_app.api.base import ERRORS, auth_user, leaf_or_current
-from sessions_app.cursors import cursor_decode, cursor_encode
-from sessions_app.models import Session
-from sessions_app.schemas import (
+from sessions_app.api.cursors import cursor_decode, cursor_encode
+from sessions_app.api.schemas import (
     PATH_PAGE_MAX,
     TREE_LABEL_MAX,
     AppendOut,
@@ -36,6 +35,8 @@ from sessions_app.schemas import (
     TreeOut,
     plain,
 )
+from sessions_app.models import Session
+from sessions_app.services import ratelimit
 
 router = Router(tags=["sessions"])
 

@@ -8,9 +8,10 @@ from typing import Any
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Router
 
-from sessions_app import access, pi_io, selectors
+from sessions_app import access, selectors
 from sessions_app.api.base import ERRORS, auth_user
-from sessions_app.schemas import ErrorOut
+from sessions_app.api.schemas import ErrorOut
+from sessions_app.services import pi_io
 from sessions_app.streaming import streamed
 
 router = Router(tags=["sessions"])

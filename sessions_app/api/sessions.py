@@ -14,20 +14,9 @@ from django.http import HttpRequest
 from ninja import Query, Router
 from ninja.responses import Status
 
-from sessions_app import (
-    access,
-    agent,
-    pi_io,
-    ratelimit,
-    selectors,
-    services,
-    store,
-    workspaces,
-)
+from sessions_app import access, agent, selectors, services, store, workspaces
 from sessions_app.api.base import ERRORS, BadInput, auth_user
-from sessions_app.errors import DomainError
-from sessions_app.models import Session
-from sessions_app.schemas import (
+from sessions_app.api.schemas import (
     TITLE_MAX,
     ErrorOut,
     ForkIn,
@@ -38,6 +27,9 @@ from sessions_app.schemas import (
     SessionPageOut,
     SessionRenameIn,
 )
+from sessions_app.errors import DomainError
+from sessions_app.models import Session
+from sessions_app.services import pi_io, ratelimit
 
 router = Router(tags=["sessions"])
 

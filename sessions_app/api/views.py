@@ -14,9 +14,8 @@ from projections.request import RequestNotFound
 from projections.trace import project_trace
 from sessions_app import access, selectors
 from sessions_app.api.base import ERRORS, auth_user, check_entry, leaf_or_current
-from sessions_app.cursors import cursor_decode, cursor_encode
-from sessions_app.errors import DomainError
-from sessions_app.schemas import (
+from sessions_app.api.cursors import cursor_decode, cursor_encode
+from sessions_app.api.schemas import (
     ChatIn,
     ChatOut,
     CompareIn,
@@ -29,6 +28,7 @@ from sessions_app.schemas import (
     TraceOut,
     plain,
 )
+from sessions_app.errors import DomainError
 
 router = Router(tags=["sessions"])
 

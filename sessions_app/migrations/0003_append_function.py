@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from django.db import migrations
 
-from sessions_app.sql import pinned
+from sessions_app.store.sql import pinned
 
-# The function's text is in sessions_app/sql/, pinned to what this migration installed.
+# The function's text is in sessions_app/store/sql/, pinned to what this migration installed.
 FUNCTION = pinned(
     "strand_append_v1.sql", "4bcd745bcb29512a3d6855865ef3c4b500699e23fabfa4185c892bda4fcd9f0a"
 )

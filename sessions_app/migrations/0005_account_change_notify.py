@@ -1,4 +1,4 @@
-"""Account changes are announced to every process (see `sessions_app.live_access`).
+"""Account changes are announced to every process (see `sessions_app.live.access`).
 
 Triggers, not application code, so that every writer is covered: the sign-out view, the
 admin, `changepassword`, a queryset `update()`, psql.

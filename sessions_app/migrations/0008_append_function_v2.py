@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import migrations
 
-from sessions_app.sql import pinned
+from sessions_app.store.sql import pinned
 
 V1 = pinned(
     "strand_append_v1.sql", "4bcd745bcb29512a3d6855865ef3c4b500699e23fabfa4185c892bda4fcd9f0a"

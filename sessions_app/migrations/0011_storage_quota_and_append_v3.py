@@ -17,7 +17,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from sessions_app.sql import pinned
+from sessions_app.store.sql import pinned
 
 V2 = pinned(
     "strand_append_v2.sql", "b3fcdf15cafccb8dfee4284a2421d0b7e6212b016182322d195c8bc2deee3f23"

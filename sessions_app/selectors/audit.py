@@ -36,8 +36,9 @@ from django.db.models.expressions import RawSQL
 from projections.header_diff import HEADER_DEFAULTS, diff_headers
 from projections.records import EventRecord
 from projections.request import RequestNotFound, RequestView, project_request
-from sessions_app import store, verify
+from sessions_app import store
 from sessions_app.models import Event, RequestAudit, Session
+from sessions_app.selectors import verify
 from sessions_app.selectors.requests import request_context, request_view
 
 Integrity = Literal["match", "mismatch", "unrebuildable"]

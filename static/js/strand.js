@@ -2,7 +2,7 @@
    tree folding and filtering. Everything else is htmx; without JavaScript the pages still
    work as plain links and forms.
 
-   Live feed (see sessions_app/consumers.py): the socket sends committed events in seq
+   Live feed (see sessions_app/live/consumers.py): the socket sends committed events in seq
    order, then deltas. This page keeps the highest seq it has; an event at or below it is a
    duplicate and is dropped. A reconnect asks for events after that seq, so nothing is
    missed and nothing is shown twice. Committed events refresh the views from the server
@@ -77,7 +77,7 @@
 
   // The server closes a socket for good when its sign-in has gone (4401: signed out, a new
   // password, a disabled account) or when this user may no longer see the session (4403);
-  // see sessions_app/live_access.py. Reconnecting would only be refused: say so instead.
+  // see sessions_app/live/access.py. Reconnecting would only be refused: say so instead.
   var CLOSED_FOR_GOOD = {
     4401: { state: "signed-out", text: "You were signed out; this page no longer updates.", link: "Sign in again" },
     4403: { state: "no-access", text: "You can no longer see this session.", link: "All sessions" },

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sessions_app import agent, services, store, tokens, workspaces
+from sessions_app import agent, services, store, workspaces
 from sessions_app.models import Session
+from sessions_app.services import tokens
 from sessions_app.store import NewEvent
 
 CSRF_SECRET = "A" * 32  # a CSRF cookie value Django accepts; the header repeats it

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from sessions_app import agent, services, store, tokens
+from sessions_app import agent, services, store
 from sessions_app.models import Session
+from sessions_app.services import tokens
 from tests.api.conftest import (
     OFFLINE_PRESET,
     Api,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sessions_app.api.schemas import MESSAGE_MAX
 from sessions_app.models import Session
-from sessions_app.schemas import MESSAGE_MAX
 from tests.api.conftest import Api, body_of, content_of
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from sessions_app import ratelimit
 from sessions_app.models import RateCounter
+from sessions_app.services import ratelimit
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 

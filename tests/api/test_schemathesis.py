@@ -28,7 +28,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from sessions_app import services, store, tokens
+from sessions_app import services, store
+from sessions_app.services import tokens
 from tests.api.conftest import user_msg
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from sessions_app import tokens
 from sessions_app.models import ApiToken
+from sessions_app.services import tokens
 from tests.api.conftest import Api, body_of, cookie_api
 
 pytestmark = pytest.mark.django_db

@@ -16,10 +16,11 @@ from django.test import AsyncClient, Client
 from django.urls import reverse
 
 from runtime import TurnRunning
-from sessions_app import agent, pi_io, selectors, services, store, tokens
+from sessions_app import agent, selectors, services, store
 from sessions_app.agent import turn_lock_key
 from sessions_app.models import Entry, Session
 from sessions_app.selectors import tree as tree_selectors
+from sessions_app.services import pi_io, tokens
 from sessions_app.store import NewEvent
 from tests.api.conftest import OFFLINE_PRESET, Api, body_of, tree_walk, wait_for, wait_idle
 

@@ -17,7 +17,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from sessions_app import demo
+from sessions_app.services import demo
 from tests.browser.conftest import Server, screenshot
 from tests.sessions_app.audit_data import audit_log, written_on
 

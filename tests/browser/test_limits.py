@@ -10,7 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from sessions_app import ratelimit
+from sessions_app import limits
+from sessions_app.services import ratelimit
 from tests.browser.conftest import PASSWORD, Server, new_session, screenshot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -54,7 +55,7 @@ def test_sign_in_pauses_after_repeated_failures(
         page.fill("input[name=password]", f"wrong-{attempt}")
         page.click("button[type=submit]")
     expect(page.locator("h1")).to_have_text("Sign-in paused")
-    wait = ratelimit.duration_words(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+    wait = limits.duration_words(int(settings.AXES_COOLOFF_TIME.total_seconds()))
     expect(page.locator(".login-card")).to_contain_text(f"Try again in {wait}.")
     screenshot(page, "limits-sign-in-paused")
     # The right password does not get through while paused.

@@ -12,8 +12,9 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, expect
 
-from sessions_app import demo, store
+from sessions_app import store
 from sessions_app.models import Entry, Session
+from sessions_app.services import demo
 from sessions_app.store import NewEvent
 from tests.browser.conftest import (
     Server,

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, expect
 
-from sessions_app import demo, pi_io
 from sessions_app.models import Entry, Session
+from sessions_app.services import demo, pi_io
 from tests.browser.conftest import Server, screenshot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -677,7 +677,8 @@ def load(
     viewer must see every event of its session once, in order."""
     import requests
 
-    from sessions_app import services, tokens
+    from sessions_app import services
+    from sessions_app.services import tokens
 
     _, token = tokens.token_create(owner, "load")
     cookie = _cookie_for(owner)

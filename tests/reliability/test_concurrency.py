@@ -20,7 +20,8 @@ import pytest
 import requests
 
 from deploy import daphne
-from sessions_app import services, store, tokens, workspaces
+from sessions_app import services, store, workspaces
+from sessions_app.services import tokens
 from tests.runtime.conftest import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,9 +32,10 @@ from django.test import Client
 
 from deploy import daphne
 from projections.context import build_session_context
-from sessions_app import services, store, tokens, workspaces
+from sessions_app import services, store, workspaces
 from sessions_app.models import Session
-from sessions_app.verify import verify_session
+from sessions_app.selectors.verify import verify_session
+from sessions_app.services import tokens
 from tests.runtime.conftest import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessions_app import services, tokens
+from sessions_app import services
 from sessions_app.events import EVENT_TYPES
-from sessions_app.verify import verify_session
+from sessions_app.selectors.verify import verify_session
+from sessions_app.services import tokens
 from tests.reliability.test_fuzz_import import database_state
 
 json_scalars = st.one_of(

@@ -14,8 +14,8 @@ from django.db import connection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessions_app import pi_io
-from sessions_app.verify import verify_session
+from sessions_app.selectors.verify import verify_session
+from sessions_app.services import pi_io
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = (ROOT / "tests" / "fixtures" / "pi" / "cases" / "branching.jsonl").read_bytes()

@@ -20,7 +20,7 @@ from projections.records import EventRecord
 from projections.trace import project_trace
 from sessions_app import agent, store
 from sessions_app.models import Session
-from sessions_app.pi_io import pi_export_lines
+from sessions_app.services.pi_io import pi_export_lines
 from tests.runtime.conftest import OFFLINE, assert_requests_match, types_after, wait_done
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ import pytest
 from projections.context import build_session_context
 from sessions_app import agent, store
 from sessions_app.models import Session
-from sessions_app.pi_io import pi_export_lines
+from sessions_app.services.pi_io import pi_export_lines
 from tests.runtime.conftest import OFFLINE, wait_done
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,7 +105,7 @@ def test_pi16_opens_a_strand_session_with_its_prompt_and_tools(
 
 
 def test_a_strand_session_s_export_imports_and_exports_back_the_same(make_session, tmp_path):
-    from sessions_app import pi_io
+    from sessions_app.services import pi_io
 
     session = make_session(keep_recent_tokens=20)
     agent.agent_send_message(session.id, "read notes.txt and search for TODO")

@@ -15,7 +15,7 @@ import pytest
 
 from sessions_app import agent, services, store
 from sessions_app.models import Session
-from sessions_app.verify import verify_session
+from sessions_app.selectors.verify import verify_session
 from tests.runtime.conftest import assert_requests_match
 from tests.runtime.servers import (
     Failure,

@@ -12,11 +12,12 @@ from django.core.management import call_command
 
 from projections.records import EventRecord
 from projections.request import RequestView
-from sessions_app import agent, replay, selectors, store
+from sessions_app import agent, selectors, store
 from sessions_app.models import Session
 from sessions_app.selectors.requests import request_view
+from sessions_app.selectors.verify import verify_session
+from sessions_app.services import replay
 from sessions_app.store import NewEvent
-from sessions_app.verify import verify_session
 from tests.runtime.conftest import OFFLINE, assert_requests_match, wait_done, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

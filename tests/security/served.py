@@ -12,7 +12,7 @@ from typing import Any
 import requests
 
 from deploy import daphne
-from sessions_app import tokens
+from sessions_app.services import tokens
 from tests.runtime.conftest import child_database_url
 
 # Derived from the process id, so that runs side by side do not collide; below 32768.

@@ -440,7 +440,7 @@ def test_through_daphne_the_rename_with_a_nul_return_url_is_refused_and_not_appl
 def test_through_daphne_an_api_append_of_1e999_is_refused(
     server: Server, alice: Any, alice_session: Session
 ) -> None:
-    from sessions_app import tokens
+    from sessions_app.services import tokens
 
     _, token = tokens.token_create(alice, "tests")
     before = events_of(alice_session)

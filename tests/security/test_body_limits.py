@@ -20,7 +20,8 @@ import requests
 from asgiref.testing import ApplicationCommunicator
 
 from config.body_limits import BodyLimits
-from sessions_app import services, store, tokens
+from sessions_app import services, store
+from sessions_app.services import tokens
 from tests.security.daphne_child import Upload, chunked, port_for, resident_kb, serving, zeros
 
 pytestmark = pytest.mark.django_db(transaction=True)

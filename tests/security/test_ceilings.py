@@ -25,8 +25,9 @@ import pytest
 import requests
 from django.test import Client
 
-from sessions_app import services, store, tokens
+from sessions_app import services, store
 from sessions_app.models import Entry, Session
+from sessions_app.services import tokens
 from tests.api.conftest import user_msg
 from tests.api.test_page_bytes import filled
 from tests.security.daphne_child import port_for, resident_kb, serving

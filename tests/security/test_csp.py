@@ -17,7 +17,7 @@ from django.test import Client
 
 from sessions_app import agent, services, store
 from sessions_app.models import RequestAudit, Session
-from sessions_app.views import EXPORT_CONTENT_SECURITY_POLICY
+from sessions_app.web.views import EXPORT_CONTENT_SECURITY_POLICY
 from tests.api.conftest import user_msg, wait_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)

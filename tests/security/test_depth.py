@@ -23,10 +23,11 @@ from django.conf import settings
 from django.test import Client
 
 from projections.nesting import depth_of
-from sessions_app import pi_io, services, store
+from sessions_app import services, store
 from sessions_app.events import event_type_for_entry
 from sessions_app.models import Entry, Session
 from sessions_app.render import render_markdown
+from sessions_app.services import pi_io
 from sessions_app.store import NewEvent
 from tests.api.conftest import OFFLINE_PRESET, content_of, token_api, wait_idle
 from tests.security.served import TIMEOUT_S, client, meanwhile, served

@@ -21,8 +21,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import agent, demo, services, store, tokens
+from sessions_app import agent, services, store
 from sessions_app.models import ApiToken, Entry, Event, Session
+from sessions_app.services import demo, tokens
 from tests.api.conftest import (
     OFFLINE_PRESET,
     Api,

@@ -26,8 +26,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import demo, services, store, workspaces
+from sessions_app import services, store, workspaces
 from sessions_app.models import Session
+from sessions_app.services import demo
 from tests.api.conftest import (
     CSRF_SECRET,
     Api,

@@ -22,8 +22,8 @@ from django.test import Client
 
 from sessions_app import services, store
 from sessions_app.models import Entry, Session, StorageUsage
+from sessions_app.selectors.verify import verify_session
 from sessions_app.store import NewEvent
-from sessions_app.verify import verify_session
 from tests.api.conftest import OFFLINE_PRESET, token_api, wait_idle
 from tests.security.served import TIMEOUT_S, client, meanwhile, served
 

@@ -25,8 +25,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from deploy import daphne
-from sessions_app import services, store, tokens
+from sessions_app import services, store
 from sessions_app.models import Session
+from sessions_app.services import tokens
 from tests.api.conftest import user_msg
 from tests.runtime.conftest import child_database_url
 

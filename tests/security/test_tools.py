@@ -21,8 +21,9 @@ import pytest
 import requests
 
 from deploy import daphne
-from sessions_app import store, tokens
+from sessions_app import store
 from sessions_app.models import Session
+from sessions_app.services import tokens
 from tests.runtime.conftest import child_database_url
 
 PORT = 26_000 + os.getpid() % 1000 * 2

@@ -19,8 +19,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import pi_io, store
+from sessions_app import store
 from sessions_app.models import Entry, Session
+from sessions_app.services import pi_io
 from sessions_app.store import NewEvent
 from tests.api.conftest import Api, body_of, tree_walk, user_msg
 

@@ -17,8 +17,9 @@ import requests
 from django.db import connection
 from django.test import Client
 
-from sessions_app import pi_io, services, store
+from sessions_app import services, store
 from sessions_app.models import Entry, Session
+from sessions_app.services import pi_io
 from sessions_app.store import NewEvent
 from tests.security.served import TIMEOUT_S, client, meanwhile, served
 

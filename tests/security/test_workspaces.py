@@ -29,7 +29,7 @@ from django.urls import reverse
 
 from sessions_app import services, store, workspaces
 from sessions_app.models import Session
-from sessions_app.pi_io import pi_export_lines
+from sessions_app.services.pi_io import pi_export_lines
 from tests.api.conftest import (
     CSRF_SECRET,
     Api,

@@ -16,8 +16,9 @@ import pytest
 import requests
 
 from deploy import daphne
-from sessions_app import ratelimit, services, store, tokens
+from sessions_app import services, store
 from sessions_app.models import Event, Session
+from sessions_app.services import ratelimit, tokens
 from tests.api.conftest import user_msg
 from tests.runtime.conftest import child_database_url
 

@@ -1,5 +1,14 @@
 """Imports between `sessions_app`'s modules flow one way: no module imports, even inside a
-function, a module that imports it back (directly or through others)."""
+function, a module that imports it back (directly or through others); and the folders are
+layers (DESIGN §9), each importing only the layers below it:
+
+    doors      web/  api/  live/  audit/  admin.py  management/
+    services   services/
+    agent      agent/
+    reads      selectors/
+    write      store/
+    ground     the modules at the root (models, events, errors, limits, pg, ...), templatetags/
+"""
 
 from __future__ import annotations
 
@@ -26,7 +35,9 @@ def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
     return skipped
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """Module → the modules of ours it imports; with `type_checking`, also those imported
+    only for type checkers (which a reader follows all the same)."""
     paths = {
         _module_name(p): p
         for p in APP.rglob("*.py")
@@ -35,7 +46,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in paths}
     for name, path in paths.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skipped = _type_checking_only(tree)
+        skipped = set() if type_checking else _type_checking_only(tree)
         for node in ast.walk(tree):
             if node in skipped:
                 continue
@@ -82,10 +93,78 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
-    assert "sessions_app.live_protocol" in graph["sessions_app.live"]
-    assert "sessions_app.agent" in graph["sessions_app.views"]  # imported in a function
+    assert "sessions_app.live_protocol" in graph["sessions_app.live.listener"]
+    assert "sessions_app.agent" in graph["sessions_app.web.views"]  # imported in a function
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_import_circles():
     assert circles(import_graph()) == []
+
+
+# --- layers --------------------------------------------------------------------------------
+
+DOORS = {"web", "api", "live", "audit", "admin", "management"}
+RANKS = {**dict.fromkeys(DOORS, 5), "services": 4, "agent": 3, "selectors": 2, "store": 1}
+GROUND = 0  # every module at the root but admin.py, and templatetags/
+
+# The door Django's admin discovers (`sessions_app.admin`) registers the audit desk's admin.
+DOOR_TO_DOOR = {("admin", "audit")}
+
+
+def folder_of(module: str) -> str:
+    """The layer folder a module is in: its first package under `sessions_app`, or for a
+    module at the root its own name (`admin`) or the ground (`""`)."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return ""
+    if len(parts) == 1 and not (APP / parts[0]).is_dir():
+        return "admin" if parts[0] == "admin" else ""
+    return "" if parts[0] == "templatetags" else parts[0]
+
+
+def rank(folder: str) -> int:
+    return RANKS.get(folder, GROUND)
+
+
+def layer_breaches(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, imported in sorted(graph.items()):
+        for other in sorted(imported):
+            here, there = folder_of(module), folder_of(other)
+            if here == there or (here, there) in DOOR_TO_DOOR:
+                continue
+            if rank(here) <= rank(there):
+                found.append(f"{module} imports {other}")
+    return found
+
+
+def test_the_folders_are_layers_each_importing_only_those_below() -> None:
+    graph = import_graph(type_checking=True)
+    assert {folder_of(name) for name in graph} == {"", *DOORS, *RANKS}
+    assert folder_of("sessions_app.models") == folder_of("sessions_app.templatetags.strand") == ""
+    assert folder_of("sessions_app.live.wire.frames_shared") == "live"
+    assert layer_breaches(graph) == []
+
+
+def test_a_layer_breach_is_seen() -> None:
+    graph = {
+        "sessions_app.store": {"sessions_app.selectors.events"},  # the store reading up
+        "sessions_app.agent.log": {"sessions_app.services.replay"},  # the agent above
+        "sessions_app.api.base": {"sessions_app.web.views"},  # a door through another
+        "sessions_app.events": {"sessions_app.store"},  # the ground through the store
+        "sessions_app.admin": {"sessions_app.audit.admin"},  # allowed
+        "sessions_app.web.views": {"sessions_app.agent", "sessions_app.models"},  # down: fine
+    }
+    assert layer_breaches(graph) == [
+        "sessions_app.agent.log imports sessions_app.services.replay",
+        "sessions_app.api.base imports sessions_app.web.views",
+        "sessions_app.events imports sessions_app.store",
+        "sessions_app.store imports sessions_app.selectors.events",
+    ]
+
+
+def test_no_import_circles_through_type_checking_imports() -> None:
+    # The turn lock, a turn's place and the log adapter name what they need of the engine
+    # as protocols of their own; the engine, which builds them, is the only one to import.
+    assert circles(import_graph(type_checking=True)) == []

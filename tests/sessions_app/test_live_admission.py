@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from sessions_app import live_admission
-from sessions_app.live_admission import CLOSE_TRY_LATER, Admission
+from sessions_app.live import admission as live_admission
+from sessions_app.live.admission import CLOSE_TRY_LATER, Admission
 
 pytestmark = pytest.mark.asyncio
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.db import connection
 
-from sessions_app import live_db
+from sessions_app.live import db as live_db
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

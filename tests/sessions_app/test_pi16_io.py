@@ -16,8 +16,9 @@ import pytest
 
 from projections.context import UNSET
 from projections.tree import project_tree
-from sessions_app import pi_io, selectors, store
+from sessions_app import selectors, store
 from sessions_app.models import Session
+from sessions_app.services import pi_io
 
 ROOT = Path(__file__).resolve().parents[2]
 PI = ROOT / "tests" / "fixtures" / "pi"

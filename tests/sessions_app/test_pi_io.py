@@ -15,9 +15,10 @@ from django.db import connection
 
 from projections.context import UNSET
 from projections.tree import project_tree
-from sessions_app import pi_io, selectors, services, store
+from sessions_app import selectors, services, store
 from sessions_app.models import Entry, Event, Session
-from sessions_app.verify import verify_session
+from sessions_app.selectors.verify import verify_session
+from sessions_app.services import pi_io
 
 ROOT = Path(__file__).resolve().parents[2]
 PI = ROOT / "tests" / "fixtures" / "pi"

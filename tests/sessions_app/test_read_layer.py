@@ -1,6 +1,6 @@
 """The doors read sessions through the selectors: no SQL and no ORM query of their own.
 
-The doors are the modules that answer people and programs: the pages (`views.py`), the API,
+The doors are the modules that answer people and programs: the pages (`web/`), the API,
 the HTML export, the websocket consumer and the management commands. Each is parsed (never
 imported) and searched for a database read of its own: a cursor, raw SQL, a model's manager,
 a queryset method, a reload of a model, or one of the store's reads. Writes go through
@@ -24,15 +24,14 @@ APP = Path(__file__).resolve().parents[2] / "sessions_app"
 
 DOORS = sorted(
     {
-        APP / "views.py",
-        APP / "html_export.py",
-        APP / "consumers.py",
+        *(APP / "web").glob("*.py"),
+        APP / "live" / "consumers.py",
         APP / "management" / "base.py",
         *(APP / "management" / "commands").glob("*.py"),
         *([APP / "api.py"] if (APP / "api.py").exists() else (APP / "api").glob("*.py")),
     }
 )
-ADMIN = sorted(APP.glob("admin*.py"))
+ADMIN = sorted([*APP.glob("admin*.py"), *(APP / "audit").glob("*.py")])
 
 # Methods whose call runs SQL (`super().execute` is a command's own, and is not one).
 SQL = {"cursor", "raw", "extra", "execute", "executemany", "RawSQL"}
@@ -107,7 +106,12 @@ def reads_in(path: Path, forbidden: set[str], imports: set[str] = IMPORTS) -> li
 
 def test_the_doors_are_found() -> None:
     names = {str(path.relative_to(APP)) for path in DOORS}
-    assert {"views.py", "html_export.py", "consumers.py", "management/commands/context.py"} <= names
+    assert {
+        "web/views.py",
+        "web/html_export.py",
+        "live/consumers.py",
+        "management/commands/context.py",
+    } <= names
     assert any(name.startswith("api") for name in names)
     assert APP / "admin.py" in ADMIN
 
@@ -117,7 +121,7 @@ def test_a_door_reads_only_through_the_selectors(path: Path) -> None:
     assert [str(r) for r in reads_in(path, ORM)] == []
 
 
-@pytest.mark.parametrize("path", ADMIN, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", ADMIN, ids=lambda path: str(path.relative_to(APP)))
 def test_the_admin_narrows_the_querysets_it_is_given_and_reads_nothing_else(path: Path) -> None:
     allowed = {"QuerySet"}  # the type of what the admin hands over
     found = reads_in(path, {"objects", "refresh_from_db"}, IMPORTS - allowed)

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from sessions_app import sql, store
+from sessions_app import store
+from sessions_app.store import sql
 
 NEWEST = "strand_append_v3.sql"
 
 
 def test_every_migration_loads_the_sql_it_pinned():
     # Each migration checks its files' digests when imported.
-    folder = Path(store.__file__).parent / "migrations"
+    folder = Path(store.__file__).parents[1] / "migrations"
     for path in sorted(folder.glob("0*.py")):
         importlib.import_module(f"sessions_app.migrations.{path.stem}")
 

@@ -28,7 +28,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from projections.header_diff import header_changed
-from sessions_app import admin_audit
+from sessions_app.audit import admin as admin_audit
 from sessions_app.models import Event, RequestAudit, Session
 from sessions_app.selectors import audit
 from sessions_app.store import NewEvent

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from config.asgi import application
-from sessions_app import live, store
+from sessions_app import store
+from sessions_app.live import listener as live
 from sessions_app.models import Session
 from tests.web.conftest import client_for, conversation, message
 
@@ -185,7 +186,7 @@ async def test_a_lost_notification_connection_is_made_up_for(alice: User) -> Non
 
 
 async def test_after_seq_parsing() -> None:
-    from sessions_app.consumers import after_seq_of
+    from sessions_app.live.consumers import after_seq_of
 
     assert after_seq_of(b"after_seq=12") == 12
     assert after_seq_of(b"") == -1

@@ -8,8 +8,8 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django.test import Client, RequestFactory
 
-from sessions_app import demo
 from sessions_app.models import Session
+from sessions_app.services import demo
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,10 @@ from django.contrib.auth.models import User
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 
-from sessions_app import html_export, selectors, services, store
+from sessions_app import selectors, services, store
 from sessions_app.models import Session
 from sessions_app.store import NewEvent
+from sessions_app.web import html_export
 from tests.web.conftest import client_for
 
 OUTPUT = 16_000  # characters of tool output in every turn

@@ -12,8 +12,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from sessions_app import demo, store
+from sessions_app import store
 from sessions_app.models import Entry, Session, SessionDeletion
+from sessions_app.services import demo
 from tests.web.conftest import HOSTILE, client_for, conversation, message
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +27,7 @@ def page(session: Session, query: str = "") -> str:
 
 
 def imported(owner: User) -> Session:
-    from sessions_app import pi_io
+    from sessions_app.services import pi_io
 
     with PI_FILE.open("rb") as source:
         return pi_io.pi_import(source=source, owner=owner, name="Imported").session
@@ -258,7 +259,7 @@ def exported(owner: User, session: Session) -> str:
 
 
 def test_html_export_is_self_contained(alice: User) -> None:
-    from sessions_app import pi_io
+    from sessions_app.services import pi_io
 
     session = imported(alice)
     response = client_for(alice).get(reverse("session-export-html", args=[session.id]))

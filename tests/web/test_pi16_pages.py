@@ -9,7 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from sessions_app import pi_io, store
+from sessions_app import store
+from sessions_app.services import pi_io
 from tests.web.conftest import client_for
 
 pytestmark = pytest.mark.django_db

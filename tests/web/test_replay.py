@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from sessions_app import agent, replay, services, store, workspaces
+from sessions_app import agent, services, store, workspaces
 from sessions_app.models import Session
+from sessions_app.services import replay
 from tests.web.conftest import client_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -4,8 +4,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from sessions_app import services, tokens
+from sessions_app import services
 from sessions_app.management.base import StrandCommand
+from sessions_app.services import tokens
 
 
 class Command(StrandCommand):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions_app import demo
 from sessions_app.management.base import StrandCommand
+from sessions_app.services import demo
 
 
 class Command(StrandCommand):

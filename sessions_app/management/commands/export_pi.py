@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from sessions_app import pi_io
 from sessions_app.management.base import StrandCommand, session_by_id
+from sessions_app.services import pi_io
 
 
 class Command(StrandCommand):

@@ -9,8 +9,9 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from projections.pi_file import PiWarning
-from sessions_app import pi_io, services, workspaces
+from sessions_app import services, workspaces
 from sessions_app.management.base import StrandCommand
+from sessions_app.services import pi_io
 
 
 class Command(StrandCommand):

@@ -5,9 +5,10 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from sessions_app import agent, replay
+from sessions_app import agent
 from sessions_app.management.base import StrandCommand, session_by_id
 from sessions_app.presets import preset_name_of
+from sessions_app.services import replay
 
 
 class Command(StrandCommand):

@@ -7,7 +7,7 @@ from django.core.management.base import CommandError, CommandParser
 from sessions_app import selectors
 from sessions_app.management.base import StrandCommand, session_by_id
 from sessions_app.selectors import audit
-from sessions_app.verify import verify_session
+from sessions_app.selectors.verify import verify_session
 
 
 class Command(StrandCommand):

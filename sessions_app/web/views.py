@@ -35,10 +35,16 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from projections.trace_blocks import trace_blocks
 from runtime.errors import AgentError
-from sessions_app import access, html_export, pi_io, ratelimit, selectors, services
+from sessions_app import access, selectors, services
 from sessions_app.errors import DomainError
 from sessions_app.events import ENTRY_KEY_MAX
-from sessions_app.forms import (
+from sessions_app.models import Session
+from sessions_app.selectors import tree as tree_reads
+from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
+from sessions_app.services import pi_io, ratelimit
+from sessions_app.streaming import streamed
+from sessions_app.web import html_export
+from sessions_app.web.forms import (
     ApprovalForm,
     CompactForm,
     ForkForm,
@@ -51,11 +57,7 @@ from sessions_app.forms import (
     SessionImportForm,
     SessionNewForm,
 )
-from sessions_app.models import Session
-from sessions_app.page_query import VIEWS, PageQuery
-from sessions_app.selectors import tree as tree_reads
-from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
-from sessions_app.streaming import streamed
+from sessions_app.web.page_query import VIEWS, PageQuery
 
 log = logging.getLogger("strand.views")
 

@@ -11,7 +11,7 @@ scopes not named there use `DEFAULT_LIMITS`. A limit of 0 requests turns the sco
 Every door that writes (but sign-in, throttled by django-axes, and the staff-only admin)
 counts one hit before it does any work, so a refused request writes
 nothing but its own counter: the API answers 429 with `Retry-After` and the JSON error,
-the pages a 429 page or flash message (`sessions_app.limit_responses`).
+the pages a 429 page or flash message (`sessions_app.web.limit_responses`).
 
 Rows of past windows are deleted when the user's next window opens, so the table holds
 about one row per active user and scope.
@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from sessions_app.errors import DomainError
+from sessions_app.limits import RateLimited
 from sessions_app.models import RateCounter
 
 # scope → (requests allowed per window, window length in seconds)
@@ -75,58 +75,7 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     "revoke": (60, 3600),
 }
 
-# How the pages name each scope when they refuse a request ("Too many …").
-SCOPE_NAMES: Mapping[str, str] = {
-    "message": "messages",
-    "import": "imports",
-    "append": "appends",
-    "session": "new sessions",
-    "fork": "forks",
-    "summary": "branch summaries",
-    "compact": "compactions",
-    "replay": "replays",
-    "search": "searches",
-    "token": "new tokens",
-    "rename": "renames",
-    "navigate": "moves in the tree",
-    "label": "labels",
-    "approval": "approval decisions",
-    "cancel": "cancels",
-    "delete": "deletions",
-    "revoke": "token revocations",
-}
-
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class RateLimited(DomainError):
-    code = "rate_limited"
-
-    def __init__(self, scope: str, limit: int, window: int, retry_after: int) -> None:
-        super().__init__(
-            f"rate limit for {scope}: at most {limit} per {window} s; try again in {retry_after} s"
-        )
-        self.scope = scope
-        self.limit = limit
-        self.window = window
-        self.retry_after = retry_after
-
-    def readable(self) -> str:
-        """The refusal in words for a page: what, how many, and when to try again."""
-        what = SCOPE_NAMES.get(self.scope, self.scope)
-        return (
-            f"Too many {what}: at most {self.limit} per {duration_words(self.window)}. "
-            f"Try again in {duration_words(self.retry_after)}."
-        )
-
-
-def duration_words(seconds: int) -> str:
-    """`3600` → "hour", `600` → "10 minutes", `130` → "3 minutes", `40` → "40 seconds"."""
-    for unit, size in (("hour", 3600), ("minute", 60)):
-        if seconds % size == 0 or (unit == "minute" and seconds >= 120):
-            n = math.ceil(seconds / size)
-            return unit if n == 1 else f"{n} {unit}s"
-    return "second" if seconds == 1 else f"{seconds} seconds"
 
 
 def limit_for(scope: str) -> tuple[int, int]:

@@ -35,7 +35,11 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.serializers.json import DjangoJSONEncoder
 
-from sessions_app import live, live_access, live_admission, live_db, selectors
+from sessions_app import selectors
+from sessions_app.live import access as live_access
+from sessions_app.live import admission as live_admission
+from sessions_app.live import db as live_db
+from sessions_app.live import listener as live
 from sessions_app.live_protocol import delta_message, event_message, group_name
 
 PAGE = 500

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.urls import path
 
-from sessions_app.consumers import SessionConsumer
+from sessions_app.live.consumers import SessionConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/sessions/<uuid:session_id>/", SessionConsumer.as_asgi()),

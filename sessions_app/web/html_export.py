@@ -44,9 +44,9 @@ from projections.trace import TraceSpan
 from projections.trace_blocks import trace_blocks
 from projections.trace_windows import project_trace_windows
 from projections.tree import TreeRow, project_tree, tree_entry
-from sessions_app import pi_io, selectors
+from sessions_app import selectors
 from sessions_app.models import Session
-from sessions_app.page_query import PageQuery
+from sessions_app.services import pi_io
 from sessions_app.streaming import streamed
 from sessions_app.templatetags.strand import (
     TREE_DRAWN_INDENT,
@@ -57,6 +57,7 @@ from sessions_app.templatetags.strand import (
     usage_text,
     value_text,
 )
+from sessions_app.web.page_query import PageQuery
 
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
 CHUNK_CHARS = 256 * 1024  # or fewer Pi file lines, once they come to this much text

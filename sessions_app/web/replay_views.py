@@ -25,12 +25,13 @@ from django.views.decorators.http import require_GET, require_http_methods
 from projections.replay import ReplayGroup, ReplayGroupNotFound
 from projections.request import RequestNotFound, RequestView
 from runtime.errors import AgentError
-from sessions_app import access, ratelimit, replay, selectors
+from sessions_app import access, selectors
 from sessions_app.errors import DomainError
-from sessions_app.forms import ReplayForm
+from sessions_app.limits import SEQ_MAX
 from sessions_app.models import Session
 from sessions_app.presets import preset_name_of, presets
-from sessions_app.schemas import SEQ_MAX
+from sessions_app.services import ratelimit, replay
+from sessions_app.web.forms import ReplayForm
 
 FORM_TEMPLATE = "sessions/replay.html"
 GROUP_TEMPLATE = "sessions/replay_group.html"

@@ -30,7 +30,7 @@ def pinned(name: str, sha256: str) -> str:
     found = digest(name)
     if found != sha256:
         raise ChangedSql(
-            f"sessions_app/sql/{name} changed after a migration pinned it (sha256 {found}, "
+            f"sessions_app/store/sql/{name} changed after a migration pinned it (sha256 {found}, "
             f"pinned {sha256}): restore it, and put the change in a new version's file "
             "with a migration that installs it"
         )

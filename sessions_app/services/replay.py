@@ -18,8 +18,8 @@ from runtime.replay import Replayed, ReplayPlan, ReplaySource
 from sessions_app import agent, presets
 from sessions_app.access import NotAllowed
 from sessions_app.errors import DomainError
+from sessions_app.limits import SEQ_MAX
 from sessions_app.models import Session
-from sessions_app.schemas import SEQ_MAX
 from sessions_app.selectors.requests import request_view
 
 MAX_REPLAYS = 5

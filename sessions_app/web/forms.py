@@ -151,7 +151,7 @@ class CompactForm(forms.Form):
 class ReplayForm(forms.Form):
     """A replay of a recorded request: the presets (each run `count` times) and optional
     overrides; left empty, the system prompt is the recorded one and the parameters the
-    preset's. The service checks the bounds again (`sessions_app.replay`)."""
+    preset's. The service checks the bounds again (`sessions_app.services.replay`)."""
 
     presets = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
     count = forms.IntegerField(min_value=1, max_value=5, initial=1)

@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 from functools import wraps
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
 from django.contrib.admin.views.main import ChangeList
-from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -45,9 +43,11 @@ from django.utils.text import Truncator
 
 from projections.header_diff import diff_headers
 from projections.request import RequestNotFound
-from sessions_app import access, charts
+from sessions_app import access
+from sessions_app.audit import charts
 from sessions_app.models import RequestAudit
 from sessions_app.selectors import audit
+from sessions_app.streaming import streamed
 
 # Most requests one run of the integrity action checks; `manage.py verify --requests`
 # checks any number.
@@ -705,27 +705,16 @@ ROWS_PER_CHUNK = 500  # rows written into one piece of the response body
 def _download(
     request: HttpRequest, lines: Generator[str, None, None], content_type: str, extension: str
 ) -> StreamingHttpResponse:
-    """The export as a streamed download. Under ASGI the body is an asynchronous iterator,
-    since Django would read a synchronous one into memory whole before sending it."""
-    body: Iterator[str] | AsyncIterator[str] = (
-        _async_chunks(lines) if isinstance(request, ASGIRequest) else lines
+    """The export as a streamed download (`streamed`: each chunk made in the request's own
+    thread, the one that holds its connection and the server-side cursor the rows come
+    through)."""
+    response = StreamingHttpResponse(
+        streamed(lines, request), content_type=f"{content_type}; charset=utf-8"
     )
-    response = StreamingHttpResponse(body, content_type=f"{content_type}; charset=utf-8")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="model-requests-{stamp}.{extension}"'
     response["Cache-Control"] = "no-store"
     return response
-
-
-async def _async_chunks(chunks: Generator[str, None, None]) -> AsyncIterator[str]:
-    # Each chunk is read in the request's own thread, the one that holds its connection
-    # (and the server-side cursor the rows come through).
-    step = sync_to_async(lambda: next(chunks, None), thread_sensitive=True)
-    try:
-        while (chunk := await step()) is not None:
-            yield chunk
-    finally:
-        await sync_to_async(chunks.close, thread_sensitive=True)()
 
 
 class _Line:

@@ -29,10 +29,10 @@ from typing import Any
 import psycopg
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
-from django.db import connections
-from psycopg.conninfo import make_conninfo
 
-from sessions_app import live_access, live_db
+from sessions_app import pg
+from sessions_app.live import access as live_access
+from sessions_app.live import db as live_db
 from sessions_app.live_protocol import (
     committed_message,
     encode_event,
@@ -66,20 +66,6 @@ MAX_BACKOFF_S = 10.0
 # Most events read and encoded in one go for a notification; a larger batch (an import)
 # leaves the rest to each websocket's own read.
 FETCH_LIMIT = 200
-
-
-def _conninfo() -> str:
-    """The default database as Django sees it now (in tests: the test database; a NOTIFY
-    reaches only listeners on the same database)."""
-    settings = connections["default"].settings_dict
-    params = {
-        "dbname": settings.get("NAME"),
-        "user": settings.get("USER"),
-        "password": settings.get("PASSWORD"),
-        "host": settings.get("HOST"),
-        "port": settings.get("PORT"),
-    }
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v})
 
 
 @dataclass
@@ -195,7 +181,7 @@ def _current() -> _Listener:
     loop = asyncio.get_running_loop()
     if _listener is None or _listener.loop is not loop:
         # A listener on another (finished) loop is abandoned with it.
-        _listener = _Listener(loop=loop, conninfo=_conninfo())
+        _listener = _Listener(loop=loop, conninfo=pg.conninfo())
         _listener.start()
     elif _listener.task is None or _listener.task.done():
         _listener.start()

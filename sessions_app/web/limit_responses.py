@@ -1,4 +1,4 @@
-"""What a page shows when a limit refuses it: a rate limit (`sessions_app.ratelimit`), a
+"""What a page shows when a limit refuses it: a rate limit (`sessions_app.services.ratelimit`), a
 sign-in paused after repeated failures (django-axes), or a read past the ceiling of whole
 reads (`selectors.ceilings`, 413).
 
@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from sessions_app.ratelimit import RateLimited, duration_words
+from sessions_app.limits import RateLimited, duration_words
 from sessions_app.selectors.ceilings import ReadTooLarge
 
 TEMPLATE = "limited.html"

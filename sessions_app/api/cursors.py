@@ -14,8 +14,9 @@ import json
 from typing import Any
 
 from sessions_app.errors import DomainError
+from sessions_app.limits import ENTRY_ID_MAX
 
-ID_MAX = 64  # an entry id (Entry.entry_id)
+ID_MAX = ENTRY_ID_MAX
 NUMBER_MAX = 2**62
 
 # kind → field → "id" (an entry id), "id?" (or null) or "int" (a number ≥ -1)

@@ -18,8 +18,9 @@ from typing import Any, TextIO
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from sessions_app import pi_io, services, store, workspaces
+from sessions_app import services, store, workspaces
 from sessions_app.models import Session
+from sessions_app.services import pi_io
 from sessions_app.store import NewEvent
 
 DEMO_TITLE = "Demo: a first look around"

@@ -25,6 +25,7 @@ from pydantic import model_validator
 
 from projections.compare import DEFAULT_COMPARE_ROWS as COMPARE_ROWS
 from projections.trace import DEFAULT_PAGE_TURNS
+from sessions_app.limits import ENTRY_ID_MAX, SEQ_MAX
 from sessions_app.presets import preset_name_of
 from sessions_app.selectors.pages import CHAT_ENTRIES
 from sessions_app.selectors.tree import TREE_ROWS
@@ -34,7 +35,6 @@ from sessions_app.workspaces import display_cwd
 
 TITLE_MAX = 500  # Session.title
 NAME_MAX = 100
-ENTRY_ID_MAX = 64  # Entry.entry_id
 CWD_MAX = 4096  # Session.cwd
 EVENT_TYPE_MAX = 64  # Event.type
 MESSAGE_MAX: int = getattr(settings, "STRAND_MAX_MESSAGE_CHARS", 100_000)
@@ -47,7 +47,6 @@ PATH_PAGE_MAX = 2000  # entries of a path window (the chat's, the entries')
 TREE_PAGE_MAX = 2000  # rows of the tree in one answer
 CURSOR_MAX = 400
 TREE_LABEL_MAX = 200  # characters of a label in a tree row (an imported label can be longer)
-SEQ_MAX = 2**62
 
 
 def plain(value: Any) -> Any:
@@ -596,7 +595,7 @@ class CompactOut(Schema):
 
 # --- replays -------------------------------------------------------------------------------
 
-REPLAYS_MAX = 5  # sessions_app.replay.MAX_REPLAYS
+REPLAYS_MAX = 5  # sessions_app.services.replay.MAX_REPLAYS
 
 
 class ReplayIn(Schema):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_app import replay_views, views
+from sessions_app.web import replay_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -1,0 +1,33 @@
+"""Connections of our own to Postgres, beside Django's: the live listener's LISTEN and the
+agent's turn locks hold one for as long as they listen or hold, which Django's
+per-request connections are not made for.
+
+Their parameters are read from Django's default database as it is *now*, not at import:
+under the test runner that is the test database, and a NOTIFY reaches only the listeners on
+the database it was sent in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connections
+from psycopg.conninfo import make_conninfo
+
+
+def connection_params() -> dict[str, Any]:
+    """psycopg's keyword arguments for Django's default database (the ones it sets)."""
+    settings = connections["default"].settings_dict
+    params = {
+        "dbname": settings.get("NAME"),
+        "user": settings.get("USER"),
+        "password": settings.get("PASSWORD"),
+        "host": settings.get("HOST"),
+        "port": settings.get("PORT"),
+    }
+    return {key: value for key, value in params.items() if value}
+
+
+def conninfo() -> str:
+    """The same parameters as one libpq connection string."""
+    return make_conninfo(**{key: str(value) for key, value in connection_params().items()})
