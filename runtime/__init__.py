@@ -27,7 +27,7 @@ from runtime.errors import (
     SessionBusy,
     TurnRunning,
 )
-from runtime.loop import Delta, Notice, TurnEnded
+from runtime.run import Delta, Notice, TurnEnded
 from runtime.service import Compacted, Navigated, PendingApproval, Recovery, Runtime, Sent
 
 __all__ = [

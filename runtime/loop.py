@@ -31,9 +31,9 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from projections.context import build_session_context, to_provider_messages
 from projections.payload import PayloadError, build_payload, payload_sha256
@@ -54,7 +54,7 @@ from runtime.messages import (
     tool_result_message,
     user_message,
 )
-from runtime.ports import Appended, NewFact, SeqConflict, SessionLog, TurnLock
+from runtime.ports import Appended, NewFact, SeqConflict, SessionLog
 from runtime.providers.base import (
     INVALID_TOOL_ARGUMENTS,
     REFUSED,
@@ -69,9 +69,9 @@ from runtime.providers.base import (
 )
 from runtime.recovery import closers
 from runtime.replay import ReplaySource
+from runtime.run import Cancelled, Delta, DeltaSink, Notice, NoticeSink, Run, TurnEnded
 from runtime.tools import Toolbox, ToolOutcome, check_arguments
 
-T = TypeVar("T")
 log = logging.getLogger("strand.runtime")
 
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
@@ -86,67 +86,6 @@ CAPPED_PER_APPEND = 100
 
 # How long an approval wait sleeps between looks at the log when no notification comes.
 APPROVAL_POLL_S = 2.0
-
-
-# --- what a run shares with the outside --------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """A piece of a streaming reply; never stored (the final assistant message is)."""
-
-    session_id: str
-    turn: int
-    step: int
-    kind: str  # text, thinking, tool_call; restart: a retry begins, drop what was shown
-    block: str  # identifies the content block within the reply
-    text: str
-    name: str | None = None  # the tool's name, on the first delta of a tool call
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Something a foreground caller may want to tell its user (the CLI prints these)."""
-
-    session_id: str
-    kind: str  # approval_waiting, turn_started, turn_ended
-    turn: int
-    text: str
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-
-DeltaSink = Callable[[Delta], None]
-NoticeSink = Callable[[Notice], None]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnEnded:
-    turn: int
-    reason: str
-    error: str | None = None
-
-
-class Cancelled(Exception):
-    """The run was asked to stop while waiting on something."""
-
-
-@dataclass
-class Run:
-    """This process's handle on a session whose turns it is running."""
-
-    session_id: str
-    lock: TurnLock
-    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[list[TurnEnded]] | None = None
-    ended: list[TurnEnded] = field(default_factory=list)
-    current_turn: int | None = None
-
-    def cancel(self) -> None:
-        self.cancel_event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel_event.is_set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,7 +479,7 @@ class TurnRunner:
         self._open_step = step
         try:
             if self.config.auto_compact and self.takes_input:
-                await self._guarded(self._auto_compact(turn, step))
+                await self.run.guarded(self._auto_compact(turn, step))
             result = await self._request_and_tools(turn, step)
         except Cancelled:
             result = _StepResult("aborted")
@@ -596,7 +535,7 @@ class TurnRunner:
             }
             began = time.monotonic()
             try:
-                await self._guarded(asyncio.sleep(wait))
+                await self.run.guarded(asyncio.sleep(wait))
             except Cancelled:
                 note = "The turn was cancelled while waiting to retry."
                 await self._failed(turn, step, assembler, error, timing, attempt, note)
@@ -674,7 +613,7 @@ class TurnRunner:
         )
         if will_compact:
             self.overflow_retried = True
-            if await self._guarded(self._compact(turn, step, force=True)):
+            if await self.run.guarded(self._compact(turn, step, force=True)):
                 return _StepResult("retry")
             message = describe_fault(
                 error,
@@ -763,7 +702,7 @@ class TurnRunner:
         error: ProviderError | None = None
         cancelled = False
         try:
-            await self._guarded(consume())
+            await self.run.guarded(consume())
         except Cancelled:
             cancelled = True
         except ProviderError as exc:
@@ -1063,24 +1002,6 @@ class TurnRunner:
         return True
 
     # --- helpers -------------------------------------------------------------------------
-
-    async def _guarded(self, work: Awaitable[T]) -> T:
-        """Await `work` unless the run is cancelled first (then `Cancelled`)."""
-        if self.run.cancelled:
-            if asyncio.iscoroutine(work):
-                work.close()
-            raise Cancelled()
-        task = asyncio.ensure_future(work)
-        cancel_wait = asyncio.ensure_future(self.run.cancel_event.wait())
-        try:
-            await asyncio.wait({task, cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancel_wait.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise Cancelled()
 
     def _notice(self, kind: str, turn: int, text: str, **data: Any) -> None:
         if self.on_notice is None:

@@ -34,7 +34,7 @@ from runtime.errors import (
     TurnRunning,
     lock_refusal,
 )
-from runtime.loop import DeltaSink, NoticeSink, Run, TurnEnded, TurnRunner, new_inbox_id
+from runtime.loop import TurnRunner, new_inbox_id
 from runtime.messages import text_of
 from runtime.ports import NewFact, SeqConflict, SessionLog, TurnLock
 from runtime.providers import Provider, ProviderError, make_provider
@@ -46,6 +46,7 @@ from runtime.replay import (
     replay_header,
     replay_tool_names,
 )
+from runtime.run import DeltaSink, NoticeSink, Run, TurnEnded
 from runtime.tools import Toolbox
 
 log = logging.getLogger("strand.runtime")
