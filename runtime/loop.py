@@ -31,7 +31,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,13 +48,14 @@ from runtime.compaction import (
 from runtime.config import AgentConfig
 from runtime.faults import describe_fault, fault_record
 from runtime.header import render_header, same_header
+from runtime.log_cache import InboxItem, LogCache
 from runtime.messages import (
     assistant_message,
     message_entry,
     tool_result_message,
     user_message,
 )
-from runtime.ports import Appended, NewFact, SeqConflict, SessionLog
+from runtime.ports import NewFact, SessionLog
 from runtime.providers.base import (
     INVALID_TOOL_ARGUMENTS,
     REFUSED,
@@ -86,14 +87,6 @@ CAPPED_PER_APPEND = 100
 
 # How long an approval wait sleeps between looks at the log when no notification comes.
 APPROVAL_POLL_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class InboxItem:
-    inbox_id: str
-    target: str  # next_step | next_turn
-    text: str
-    seq: int
 
 
 @dataclass
@@ -140,16 +133,8 @@ class TurnRunner:
         self.auto_approve = auto_approve
         self.on_delta = on_delta
         self.on_notice = on_notice
-        self.last_seq = -1
-        self.leaf: str | None = None
-        self.last_turn = 0
-        self.pending: dict[str, InboxItem] = {}
-        self.decisions: dict[str, str] = {}
-        self.header: Mapping[str, Any] | None = None
-        self.header_seq: int | None = None
-        self.resume_header = False
+        self.cache = LogCache(log, session_id)
         self.overflow_retried = False
-        self.follow_leaf = True  # until our turn starts, the user may still move the leaf
         self._open_step: int | None = None
         self.turn_start_seq = 0
         # A replay's turn: the header its requests are sent under (see `runtime.replay`),
@@ -163,110 +148,12 @@ class TurnRunner:
         neither, so that its context is the recorded request's."""
         return self.replay_header is None
 
-    # --- loading and appending -----------------------------------------------------------
-
-    async def load(self) -> None:
-        """Read what the run needs from the log: the head, the last turn, the header in
-        force and the input still queued."""
-        head = await self.log.head(self.sid)
-        self.last_seq, self.leaf = head.last_seq, head.leaf_entry_id
-        marker = await self.log.last_event(self.sid, ("turn/start",))
-        self.last_turn = _int(marker.data.get("turn")) if marker is not None else 0
-        header = await self.log.last_event(self.sid, ("request/header",))
-        if header is not None:
-            self.header, self.header_seq = header.data, header.seq
-            last_end = await self.log.last_event(self.sid, ("turn/end",))
-            # The first request after a turn that a dead process left repeats the header,
-            # marking where a new process took over.
-            self.resume_header = (
-                last_end is not None
-                and last_end.data.get("reason") == "interrupted"
-                and last_end.seq > header.seq
-            )
-        self.pending = {}
-        inbox = await self.log.events_of_types(self.sid, ("inbox/queued", "inbox/claimed"))
-        for event in inbox:
-            self._fold(event)
-
-    async def sync(self) -> None:
-        """Fold what others appended since our last seq (input, decisions)."""
-        while True:
-            events = await self.log.events_after(self.sid, self.last_seq)
-            if not events:
-                return
-            for event in events:
-                self._fold(event)
-                self.last_seq = max(self.last_seq, event.seq)
-
-    def _fold(self, event: EventRecord) -> None:
-        data = event.data
-        if event.type == "inbox/queued":
-            item = InboxItem(
-                str(data.get("inbox_id")), str(data.get("target")), str(data.get("text")), event.seq
-            )
-            self.pending[item.inbox_id] = item
-        elif event.type == "inbox/claimed":
-            self.pending.pop(str(data.get("inbox_id")), None)
-        elif event.type == "approval/decided":
-            self.decisions[str(data.get("approval_id"))] = str(data.get("outcome"))
-        if self.follow_leaf:
-            if event.entry_id is not None:
-                self.leaf = event.entry_id
-            elif event.type == "leaf/moved":
-                target = data.get("to")
-                self.leaf = target if isinstance(target, str) else None
-
-    async def append(
-        self,
-        facts: Sequence[NewFact] | Callable[[int], Sequence[NewFact]],
-        *,
-        unless: Callable[[], bool] | None = None,
-    ) -> Appended | None:
-        """Append after our last seq; on a conflict, fold the new events and try again
-        (unless `unless()` now says the batch is no longer wanted: then None).
-
-        `facts` may be a function of the seq the batch will start after, for facts that
-        name seqs of their own batch. The first entry of a batch that names no parent is
-        put under our own position in the tree, so that a leaf moved by someone else during
-        a turn cannot split an assistant message from its tool results.
-        """
-        while True:
-            batch = facts(self.last_seq) if callable(facts) else facts
-            batch = self._anchor(batch)
-            try:
-                result = await self.log.append(self.sid, self.last_seq, batch)
-            except SeqConflict:
-                await self.sync()
-                if unless is not None and unless():
-                    return None
-                continue
-            self.last_seq = result.last_seq
-            if result.entry_ids:
-                self.leaf = result.entry_ids[-1]
-            for fact in batch:
-                if fact.type == "inbox/claimed":
-                    self.pending.pop(str(fact.data.get("inbox_id")), None)
-            return result
-
-    def _anchor(self, batch: Sequence[NewFact]) -> list[NewFact]:
-        out = list(batch)
-        for index, fact in enumerate(out):
-            entry = fact.data.get("entry")
-            if isinstance(entry, Mapping):
-                if "parentId" not in entry:
-                    anchored = {**entry, "parentId": self.leaf}
-                    out[index] = NewFact(
-                        fact.type, {**fact.data, "entry": anchored}, fact.turn, fact.step
-                    )
-                break
-        return out
-
     # --- turns ---------------------------------------------------------------------------
 
     async def start_turn(self, text: str) -> int:
         """Write `turn/start` and the user's message; the turn's number."""
-        turn = self.last_turn + 1
-        started = await self.append(
+        turn = self.cache.last_turn + 1
+        started = await self.cache.append(
             [
                 NewFact("turn/start", {"turn": turn, "trigger": "message"}, turn=turn),
                 _user_fact(text, turn, None),
@@ -274,29 +161,29 @@ class TurnRunner:
         )
         assert started is not None
         self.turn_start_seq = started.first_seq
-        self.last_turn = turn
-        self.follow_leaf = False
+        self.cache.last_turn = turn
+        self.cache.follow_leaf = False
         return turn
 
     async def start_retry_turn(self, failed_entry_id: str, point: str | None) -> int:
         """Write `turn/start` (trigger retry) and move the leaf back to `point`, where the
         failed reply was asked from; the turn's first request is built from there."""
-        turn = self.last_turn + 1
+        turn = self.cache.last_turn + 1
 
         def facts(_: int) -> list[NewFact]:
             start = {"turn": turn, "trigger": "retry", "retry_of": failed_entry_id}
-            moved = {"from": self.leaf, "to": point, "reason": "retry"}
+            moved = {"from": self.cache.leaf, "to": point, "reason": "retry"}
             return [
                 NewFact("turn/start", start, turn=turn),
                 NewFact("leaf/moved", moved, turn=turn),
             ]
 
-        started = await self.append(facts)
+        started = await self.cache.append(facts)
         assert started is not None
-        self.leaf = point
+        self.cache.leaf = point
         self.turn_start_seq = started.first_seq
-        self.last_turn = turn
-        self.follow_leaf = False
+        self.cache.last_turn = turn
+        self.cache.follow_leaf = False
         return turn
 
     async def start_replay_turn(
@@ -305,7 +192,7 @@ class TurnRunner:
         """Write `turn/start` (trigger replay) and move the leaf back to the leaf the
         recorded request was built for; the turn's requests go out under `header`. The
         first replay of a group names it (`group` None: this turn)."""
-        turn = self.last_turn + 1
+        turn = self.cache.last_turn + 1
         self.replay_header = dict(header)
 
         def facts(_: int) -> list[NewFact]:
@@ -316,18 +203,18 @@ class TurnRunner:
                 "replay_group": group if group is not None else turn,
                 "replay_count": count,
             }
-            moved = {"from": self.leaf, "to": source.leaf_entry_id, "reason": "replay"}
+            moved = {"from": self.cache.leaf, "to": source.leaf_entry_id, "reason": "replay"}
             return [
                 NewFact("turn/start", start, turn=turn),
                 NewFact("leaf/moved", moved, turn=turn),
             ]
 
-        started = await self.append(facts)
+        started = await self.cache.append(facts)
         assert started is not None
-        self.leaf = source.leaf_entry_id
+        self.cache.leaf = source.leaf_entry_id
         self.turn_start_seq = started.first_seq
-        self.last_turn = turn
-        self.follow_leaf = False
+        self.cache.last_turn = turn
+        self.cache.follow_leaf = False
         return turn
 
     async def run_one_turn(self, turn: int) -> TurnEnded:
@@ -353,8 +240,8 @@ class TurnRunner:
             follow_up = self._next_follow_up() if ended.reason != "aborted" else None
             if follow_up is None:
                 return self.run.ended
-            turn = self.last_turn + 1
-            started = await self.append(
+            turn = self.cache.last_turn + 1
+            started = await self.cache.append(
                 [
                     NewFact("turn/start", {"turn": turn, "trigger": "follow_up"}, turn=turn),
                     NewFact("inbox/claimed", {"inbox_id": follow_up.inbox_id}, turn=turn),
@@ -363,10 +250,10 @@ class TurnRunner:
             )
             assert started is not None
             self.turn_start_seq = started.first_seq
-            self.last_turn = turn
+            self.cache.last_turn = turn
 
     def _next_follow_up(self) -> InboxItem | None:
-        items = [i for i in self.pending.values() if i.target == "next_turn"]
+        items = [i for i in self.cache.pending.values() if i.target == "next_turn"]
         return min(items, key=lambda i: i.seq) if items else None
 
     async def _run_turn(self, turn: int) -> TurnEnded:
@@ -404,7 +291,7 @@ class TurnRunner:
     async def _close_after_failure(self, turn: int, message: str) -> None:
         """End a turn that failed unexpectedly the way recovery would, but as an error:
         every tool call still gets a result, so the history stays well-formed."""
-        await self.sync()
+        await self.cache.sync()
         events: list[EventRecord] = []
         after = self.turn_start_seq - 1
         while page := await self.log.events_after(self.sid, after):
@@ -420,7 +307,7 @@ class TurnRunner:
                 )
             facts.append(fact)
         self._open_step = None
-        await self.append(facts)
+        await self.cache.append(facts)
 
     async def _end_turn(self, turn: int, reason: str, error: str | None) -> TurnEnded | None:
         """Write `turn/end`. A completed turn with steering input waiting does not end:
@@ -430,7 +317,7 @@ class TurnRunner:
             return (
                 reason == "completed"
                 and self.takes_input
-                and any(i.target == "next_step" for i in self.pending.values())
+                and any(i.target == "next_step" for i in self.cache.pending.values())
             )
 
         if steering_waiting():
@@ -440,7 +327,7 @@ class TurnRunner:
             facts = []
             # Input meant for a turn that stopped early is dropped: cancelling drops
             # everything queued, an error drops the steering for this turn.
-            for item in sorted(self.pending.values(), key=lambda i: i.seq):
+            for item in sorted(self.cache.pending.values(), key=lambda i: i.seq):
                 if reason == "aborted" or (reason != "completed" and item.target == "next_step"):
                     facts.append(
                         NewFact(
@@ -455,7 +342,7 @@ class TurnRunner:
             facts.append(NewFact("turn/end", data, turn=turn))
             return facts
 
-        written = await self.append(closing, unless=steering_waiting)
+        written = await self.cache.append(closing, unless=steering_waiting)
         if written is None:
             return None
         return TurnEnded(turn, reason, error)
@@ -466,7 +353,11 @@ class TurnRunner:
         if self.run.cancelled:
             return _StepResult("aborted")
         claims = sorted(
-            (i for i in self.pending.values() if i.target == "next_step" and self.takes_input),
+            (
+                i
+                for i in self.cache.pending.values()
+                if i.target == "next_step" and self.takes_input
+            ),
             key=lambda i: i.seq,
         )
         facts = [NewFact("step/start", {"turn": turn, "step": step}, turn=turn, step=step)]
@@ -475,7 +366,7 @@ class TurnRunner:
                 NewFact("inbox/claimed", {"inbox_id": item.inbox_id}, turn=turn, step=step)
             )
             facts.append(_user_fact(item.text, turn, step))
-        await self.append(facts)
+        await self.cache.append(facts)
         self._open_step = step
         try:
             if self.config.auto_compact and self.takes_input:
@@ -488,7 +379,7 @@ class TurnRunner:
         reason = {"continue": "completed", "done": "completed", "retry": "error"}.get(
             result.kind, result.kind
         )
-        await self.append([_step_end(turn, step, reason)])
+        await self.cache.append([_step_end(turn, step, reason)])
         self._open_step = None
         return result
 
@@ -625,17 +516,17 @@ class TurnRunner:
 
     async def _compactable(self) -> bool:
         """Whether compacting the path at our position would summarize anything."""
-        if self.leaf is None:
+        if self.cache.leaf is None:
             return False
-        window = await self.log.context_window(self.sid, self.leaf)
+        window = await self.log.context_window(self.sid, self.cache.leaf)
         prep = prepare_compaction(window, self.config.keep_recent_tokens)
         return prep is not None and bool(prep.messages or prep.turn_prefix)
 
     async def _context(self) -> Any:
-        if self.leaf is None:
+        if self.cache.leaf is None:
             return build_session_context([], None)
-        window = await self.log.context_window(self.sid, self.leaf)
-        return build_session_context(window, self.leaf)
+        window = await self.log.context_window(self.sid, self.cache.leaf)
+        return build_session_context(window, self.cache.leaf)
 
     async def _write_request(
         self,
@@ -653,14 +544,14 @@ class TurnRunner:
         reason = None
         if self.replay_header is not None and not self.replay_header_written:
             reason = "replay"
-        elif self.header is None:
+        elif self.cache.header is None:
             reason = "initial"
-        elif not same_header(self.header, header):
+        elif not same_header(self.cache.header, header):
             reason = "change"
-        elif self.resume_header:
+        elif self.cache.resume_header:
             reason = "resume"
         sent: dict[str, Any] = {
-            "leaf_entry_id": self.leaf,
+            "leaf_entry_id": self.cache.leaf,
             "payload_sha256": payload_sha256(payload),
             "token_estimate": sum(estimate_tokens(m) for m in context_messages),
             "attempt": attempt,
@@ -670,18 +561,20 @@ class TurnRunner:
         def batch(after_seq: int) -> list[NewFact]:
             if reason is None:
                 return [
-                    NewFact("request/sent", {"header_seq": self.header_seq, **sent}, turn, step)
+                    NewFact(
+                        "request/sent", {"header_seq": self.cache.header_seq, **sent}, turn, step
+                    )
                 ]
             return [
                 NewFact("request/header", {"reason": reason, **header}, turn, step),
                 NewFact("request/sent", {"header_seq": after_seq + 1, **sent}, turn, step),
             ]
 
-        written = await self.append(batch)
+        written = await self.cache.append(batch)
         assert written is not None
         if reason is not None:
-            self.header, self.header_seq = header, written.first_seq
-            self.resume_header = False
+            self.cache.header, self.cache.header_seq = header, written.first_seq
+            self.cache.resume_header = False
             self.replay_header_written = self.replay_header is not None
 
     async def _stream(
@@ -757,7 +650,7 @@ class TurnRunner:
         data: dict[str, Any] = {"entry": message_entry(message), "timing": dict(timing)}
         if fault is not None:
             data["fault"] = dict(fault)
-        await self.append([NewFact("assistant/message", data, turn, step)])
+        await self.cache.append([NewFact("assistant/message", data, turn, step)])
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -771,7 +664,7 @@ class TurnRunner:
         finished = await self._run_calls(turn, step, kept)
         refused = _over_the_cap(cap, len(calls))
         for start in range(0, len(over), CAPPED_PER_APPEND):
-            await self.append(
+            await self.cache.append(
                 [
                     fact
                     for call in over[start : start + CAPPED_PER_APPEND]
@@ -794,7 +687,7 @@ class TurnRunner:
         if self.run.cancelled or self.approval_timed_out:
             await self._abort_before_dispatch(turn, step, plans)
             return False
-        await self.append(
+        await self.cache.append(
             [
                 NewFact(
                     "tool/call",
@@ -828,7 +721,7 @@ class TurnRunner:
                         break  # cancelled while this tool ran
                     outcome = task.result()
                 assert outcome is not None
-                await self.append([_result_fact(plan.call, outcome, turn, step)])
+                await self.cache.append([_result_fact(plan.call, outcome, turn, step)])
                 written += 1
         except BaseException:
             for task in tasks.values():
@@ -853,7 +746,7 @@ class TurnRunner:
                     outcome = task.result()
             assert outcome is not None
             rest.append(_result_fact(plan.call, outcome, turn, step))
-        await self.append(rest)
+        await self.cache.append(rest)
         return False
 
     async def _prepare(self, turn: int, step: int, plan: _Plan) -> None:
@@ -910,9 +803,9 @@ class TurnRunner:
         )
         if self.auto_approve:
             decided = {"approval_id": approval_id, "outcome": "allowed", "by": "auto-approve"}
-            await self.append([asked, NewFact("approval/decided", decided, turn, step)])
+            await self.cache.append([asked, NewFact("approval/decided", decided, turn, step)])
             return "allowed"
-        await self.append([asked])
+        await self.cache.append([asked])
         self._notice(
             "approval_waiting",
             turn,
@@ -923,35 +816,33 @@ class TurnRunner:
         )
         timeout = self.approval_timeout_s
         deadline = None if timeout is None else time.monotonic() + timeout
-        while approval_id not in self.decisions:
+        while approval_id not in self.cache.decisions:
             if self.run.cancelled:
                 cancelled = {"approval_id": approval_id, "outcome": "cancelled", "by": "cancel"}
-                await self.append(
+                await self.cache.append(
                     [NewFact("approval/decided", cancelled, turn, step)],
-                    unless=lambda: approval_id in self.decisions,
+                    unless=lambda: approval_id in self.cache.decisions,
                 )
                 return "cancelled"
             left = APPROVAL_POLL_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 timed_out = {"approval_id": approval_id, "outcome": "cancelled", "by": "timeout"}
-                written = await self.append(
+                written = await self.cache.append(
                     [NewFact("approval/decided", timed_out, turn, step)],
-                    unless=lambda: approval_id in self.decisions,
+                    unless=lambda: approval_id in self.cache.decisions,
                 )
                 if written is None:
                     break  # the user's decision came in first
                 return "timed_out"
-            waiting = asyncio.ensure_future(
-                self.log.wait_for_events(self.sid, self.last_seq, min(left, APPROVAL_POLL_S))
-            )
+            waiting = asyncio.ensure_future(self.cache.wait_for_events(min(left, APPROVAL_POLL_S)))
             cancel_wait = asyncio.ensure_future(self.run.cancel_event.wait())
             try:
                 await asyncio.wait({waiting, cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 waiting.cancel()
                 cancel_wait.cancel()
-            await self.sync()
-        return self.decisions[approval_id] if not self.run.cancelled else "cancelled"
+            await self.cache.sync()
+        return self.cache.decisions[approval_id] if not self.run.cancelled else "cancelled"
 
     async def _abort_before_dispatch(self, turn: int, step: int, plans: list[_Plan]) -> None:
         facts: list[NewFact] = []
@@ -970,15 +861,15 @@ class TurnRunner:
                 )
             )
             facts.append(_result_fact(call, outcome, turn, step))
-        await self.append(facts)
+        await self.cache.append(facts)
 
     # --- compaction ----------------------------------------------------------------------
 
     async def _auto_compact(self, turn: int, step: int) -> None:
-        if self.leaf is None:
+        if self.cache.leaf is None:
             return
-        window = await self.log.context_window(self.sid, self.leaf)
-        context = build_session_context(window, self.leaf)
+        window = await self.log.context_window(self.sid, self.cache.leaf)
+        context = build_session_context(window, self.cache.leaf)
         if context_tokens(window, context.messages) > self.config.compaction_threshold:
             await self._compact(turn, step, force=False, window=window)
 
@@ -986,10 +877,10 @@ class TurnRunner:
         self, turn: int, step: int, *, force: bool, window: Sequence[Any] | None = None
     ) -> bool:
         """Compact the path at our position; whether a compaction entry was written."""
-        if self.leaf is None:
+        if self.cache.leaf is None:
             return False
         if window is None:
-            window = await self.log.context_window(self.sid, self.leaf)
+            window = await self.log.context_window(self.sid, self.cache.leaf)
         prep = prepare_compaction(window, self.config.keep_recent_tokens)
         if prep is None or not (prep.messages or prep.turn_prefix):
             return False
@@ -997,8 +888,8 @@ class TurnRunner:
             summary = await compaction_summary(self.provider, self.config, prep)
         except ProviderError:
             return False
-        entry = compaction_entry(prep, summary, self.leaf)
-        await self.append([NewFact("entry/compaction", {"entry": entry}, turn, step)])
+        entry = compaction_entry(prep, summary, self.cache.leaf)
+        await self.cache.append([NewFact("entry/compaction", {"entry": entry}, turn, step)])
         return True
 
     # --- helpers -------------------------------------------------------------------------
@@ -1072,11 +963,3 @@ def _result_fact(call: ToolCallRequest, outcome: ToolOutcome, turn: int, step: i
 def _ended(ended: TurnEnded | None) -> TurnEnded:
     assert ended is not None  # only a completed turn can be held open by steering input
     return ended
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def new_inbox_id() -> str:
-    return "in_" + secrets.token_hex(6)

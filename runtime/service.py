@@ -34,7 +34,8 @@ from runtime.errors import (
     TurnRunning,
     lock_refusal,
 )
-from runtime.loop import TurnRunner, new_inbox_id
+from runtime.log_cache import new_inbox_id
+from runtime.loop import TurnRunner
 from runtime.messages import text_of
 from runtime.ports import NewFact, SeqConflict, SessionLog, TurnLock
 from runtime.providers import Provider, ProviderError, make_provider
@@ -230,7 +231,7 @@ class Runtime:
                 if run.cancelled:
                     break
                 nxt = self._replay_runner(session_id, run, rest, on_delta, on_notice)
-                await nxt.load()
+                await nxt.cache.load()
                 turn = await nxt.start_replay_turn(
                     source, rest[3], group=first, count=len(prepared)
                 )
@@ -332,7 +333,7 @@ class Runtime:
         try:
             await self._recover_locked(session_id)
             runner = make_runner(run)
-            await runner.load()
+            await runner.cache.load()
             turn = await start(runner)
         except BaseException:
             del self.runs[session_id]
