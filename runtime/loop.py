@@ -38,12 +38,7 @@ from projections.context import build_session_context, to_provider_messages
 from projections.payload import PayloadError, build_payload, payload_sha256
 from projections.records import EventRecord
 from projections.tokens import estimate_tokens
-from runtime.compaction import (
-    compaction_entry,
-    compaction_summary,
-    context_tokens,
-    prepare_compaction,
-)
+from runtime.compactor import Compactor
 from runtime.config import AgentConfig
 from runtime.dispatch import ToolDispatch
 from runtime.faults import describe_fault, fault_record
@@ -107,6 +102,7 @@ class TurnRunner:
         self.on_delta = on_delta
         self.on_notice = on_notice
         self.cache = LogCache(log, session_id)
+        self.compactor = Compactor(self.cache, config, provider)
         self.tools = ToolDispatch(
             self.cache,
             config,
@@ -352,7 +348,7 @@ class TurnRunner:
         self._open_step = step
         try:
             if self.config.auto_compact and self.takes_input:
-                await self.run.guarded(self._auto_compact(turn, step))
+                await self.run.guarded(self.compactor.auto_compact(turn, step))
             result = await self._request_and_tools(turn, step)
         except Cancelled:
             result = _StepResult("aborted")
@@ -462,7 +458,7 @@ class TurnRunner:
             error.overflow
             and not self.overflow_retried
             and note is None
-            and await self._compactable()
+            and await self.compactor.compactable()
         )
         if will_compact:
             note = "Strand compacts the conversation and tries once more."
@@ -488,7 +484,7 @@ class TurnRunner:
         )
         if will_compact:
             self.overflow_retried = True
-            if await self.run.guarded(self._compact(turn, step, force=True)):
+            if await self.run.guarded(self.compactor.compact(turn, step, force=True)):
                 return _StepResult("retry")
             message = describe_fault(
                 error,
@@ -497,14 +493,6 @@ class TurnRunner:
                 note="Compacting did not make room: compact or go back to an earlier entry.",
             )
         return _StepResult("error", message)
-
-    async def _compactable(self) -> bool:
-        """Whether compacting the path at our position would summarize anything."""
-        if self.cache.leaf is None:
-            return False
-        window = await self.log.context_window(self.sid, self.cache.leaf)
-        prep = prepare_compaction(window, self.config.keep_recent_tokens)
-        return prep is not None and bool(prep.messages or prep.turn_prefix)
 
     async def _context(self) -> Any:
         if self.cache.leaf is None:
@@ -635,35 +623,6 @@ class TurnRunner:
         if fault is not None:
             data["fault"] = dict(fault)
         await self.cache.append([NewFact("assistant/message", data, turn, step)])
-
-    # --- compaction ----------------------------------------------------------------------
-
-    async def _auto_compact(self, turn: int, step: int) -> None:
-        if self.cache.leaf is None:
-            return
-        window = await self.log.context_window(self.sid, self.cache.leaf)
-        context = build_session_context(window, self.cache.leaf)
-        if context_tokens(window, context.messages) > self.config.compaction_threshold:
-            await self._compact(turn, step, force=False, window=window)
-
-    async def _compact(
-        self, turn: int, step: int, *, force: bool, window: Sequence[Any] | None = None
-    ) -> bool:
-        """Compact the path at our position; whether a compaction entry was written."""
-        if self.cache.leaf is None:
-            return False
-        if window is None:
-            window = await self.log.context_window(self.sid, self.cache.leaf)
-        prep = prepare_compaction(window, self.config.keep_recent_tokens)
-        if prep is None or not (prep.messages or prep.turn_prefix):
-            return False
-        try:
-            summary = await compaction_summary(self.provider, self.config, prep)
-        except ProviderError:
-            return False
-        entry = compaction_entry(prep, summary, self.cache.leaf)
-        await self.cache.append([NewFact("entry/compaction", {"entry": entry}, turn, step)])
-        return True
 
     # --- helpers -------------------------------------------------------------------------
 
