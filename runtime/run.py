@@ -50,6 +50,12 @@ class TurnEnded:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    kind: str  # continue, retry, done, aborted, error, max_tokens, approval_timeout
+    error: str | None = None
+
+
 class Cancelled(Exception):
     """The run was asked to stop while waiting on something."""
 
