@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from projections.records import EventRecord
@@ -47,6 +48,83 @@ from runtime.run import Cancelled, DeltaSink, Notice, NoticeSink, Run, StepResul
 from runtime.tools import Toolbox
 
 log = logging.getLogger("strand.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """How a turn opens: the facts it starts with (`turn/start` with its trigger, then what
+    the trigger brings), given the turn's number and the leaf when they are appended; for
+    a retry or a replay, the entry the leaf goes back to; for a replay, the header its
+    requests go out under."""
+
+    facts: Callable[[int, str | None], list[NewFact]]
+    moves: bool = False
+    to: str | None = None
+    header: Mapping[str, Any] | None = None
+
+    @classmethod
+    def message(cls, text: str) -> Opening:
+        """`turn/start` and the user's message."""
+
+        def facts(turn: int, _: str | None) -> list[NewFact]:
+            return [
+                NewFact("turn/start", {"turn": turn, "trigger": "message"}, turn=turn),
+                _user_fact(text, turn, None),
+            ]
+
+        return cls(facts)
+
+    @classmethod
+    def follow_up(cls, item: InboxItem) -> Opening:
+        """`turn/start` (trigger follow_up) and the queued message, claimed from the inbox."""
+
+        def facts(turn: int, _: str | None) -> list[NewFact]:
+            return [
+                NewFact("turn/start", {"turn": turn, "trigger": "follow_up"}, turn=turn),
+                NewFact("inbox/claimed", {"inbox_id": item.inbox_id}, turn=turn),
+                _user_fact(item.text, turn, None),
+            ]
+
+        return cls(facts)
+
+    @classmethod
+    def retry(cls, failed_entry_id: str, point: str | None) -> Opening:
+        """`turn/start` (trigger retry) and the leaf moved back to `point`, where the
+        failed reply was asked from; the turn's first request is built from there."""
+
+        def facts(turn: int, leaf: str | None) -> list[NewFact]:
+            start = {"turn": turn, "trigger": "retry", "retry_of": failed_entry_id}
+            moved = {"from": leaf, "to": point, "reason": "retry"}
+            return [
+                NewFact("turn/start", start, turn=turn),
+                NewFact("leaf/moved", moved, turn=turn),
+            ]
+
+        return cls(facts, moves=True, to=point)
+
+    @classmethod
+    def replay(
+        cls, source: ReplaySource, header: Mapping[str, Any], *, group: int | None, count: int
+    ) -> Opening:
+        """`turn/start` (trigger replay) and the leaf moved back to the leaf the recorded
+        request was built for; the turn's requests go out under `header`. The first replay
+        of a group names it (`group` None: this turn)."""
+
+        def facts(turn: int, leaf: str | None) -> list[NewFact]:
+            start = {
+                "turn": turn,
+                "trigger": "replay",
+                "replay_of": source.request_seq,
+                "replay_group": group if group is not None else turn,
+                "replay_count": count,
+            }
+            moved = {"from": leaf, "to": source.leaf_entry_id, "reason": "replay"}
+            return [
+                NewFact("turn/start", start, turn=turn),
+                NewFact("leaf/moved", moved, turn=turn),
+            ]
+
+        return cls(facts, moves=True, to=source.leaf_entry_id, header=header)
 
 
 # --- the runner --------------------------------------------------------------------------
@@ -97,68 +175,21 @@ class TurnRunner:
 
     # --- turns ---------------------------------------------------------------------------
 
-    async def start_turn(self, text: str) -> int:
-        """Write `turn/start` and the user's message; the turn's number."""
+    async def start(self, opening: Opening) -> int:
+        """Write the facts that open the next turn and take the turn's place in the tree
+        (a retry or a replay asks from where the recorded request was asked); the turn's
+        number."""
         turn = self.cache.last_turn + 1
-        started = await self.cache.append(
-            [
-                NewFact("turn/start", {"turn": turn, "trigger": "message"}, turn=turn),
-                _user_fact(text, turn, None),
-            ]
-        )
-        assert started is not None
-        self.turn_start_seq = started.first_seq
-        self.cache.last_turn = turn
-        self.cache.follow_leaf = False
-        return turn
-
-    async def start_retry_turn(self, failed_entry_id: str, point: str | None) -> int:
-        """Write `turn/start` (trigger retry) and move the leaf back to `point`, where the
-        failed reply was asked from; the turn's first request is built from there."""
-        turn = self.cache.last_turn + 1
+        if opening.header is not None:
+            self.request.replay_header = dict(opening.header)
 
         def facts(_: int) -> list[NewFact]:
-            start = {"turn": turn, "trigger": "retry", "retry_of": failed_entry_id}
-            moved = {"from": self.cache.leaf, "to": point, "reason": "retry"}
-            return [
-                NewFact("turn/start", start, turn=turn),
-                NewFact("leaf/moved", moved, turn=turn),
-            ]
+            return opening.facts(turn, self.cache.leaf)
 
         started = await self.cache.append(facts)
         assert started is not None
-        self.cache.leaf = point
-        self.turn_start_seq = started.first_seq
-        self.cache.last_turn = turn
-        self.cache.follow_leaf = False
-        return turn
-
-    async def start_replay_turn(
-        self, source: ReplaySource, header: Mapping[str, Any], *, group: int | None, count: int
-    ) -> int:
-        """Write `turn/start` (trigger replay) and move the leaf back to the leaf the
-        recorded request was built for; the turn's requests go out under `header`. The
-        first replay of a group names it (`group` None: this turn)."""
-        turn = self.cache.last_turn + 1
-        self.request.replay_header = dict(header)
-
-        def facts(_: int) -> list[NewFact]:
-            start = {
-                "turn": turn,
-                "trigger": "replay",
-                "replay_of": source.request_seq,
-                "replay_group": group if group is not None else turn,
-                "replay_count": count,
-            }
-            moved = {"from": self.cache.leaf, "to": source.leaf_entry_id, "reason": "replay"}
-            return [
-                NewFact("turn/start", start, turn=turn),
-                NewFact("leaf/moved", moved, turn=turn),
-            ]
-
-        started = await self.cache.append(facts)
-        assert started is not None
-        self.cache.leaf = source.leaf_entry_id
+        if opening.moves:
+            self.cache.leaf = opening.to
         self.turn_start_seq = started.first_seq
         self.cache.last_turn = turn
         self.cache.follow_leaf = False
@@ -177,27 +208,11 @@ class TurnRunner:
         """Run `first_turn` (already started), then each queued follow-up in turn."""
         turn = first_turn
         while True:
-            self.run.current_turn = turn
-            self._notice("turn_started", turn, f"turn {turn} started")
-            ended = await self._run_turn(turn)
-            self.run.ended.append(ended)
-            self._notice(
-                "turn_ended", turn, f"turn {turn} ended: {ended.reason}", reason=ended.reason
-            )
+            ended = await self.run_one_turn(turn)
             follow_up = self._next_follow_up() if ended.reason != "aborted" else None
             if follow_up is None:
                 return self.run.ended
-            turn = self.cache.last_turn + 1
-            started = await self.cache.append(
-                [
-                    NewFact("turn/start", {"turn": turn, "trigger": "follow_up"}, turn=turn),
-                    NewFact("inbox/claimed", {"inbox_id": follow_up.inbox_id}, turn=turn),
-                    _user_fact(follow_up.text, turn, None),
-                ]
-            )
-            assert started is not None
-            self.turn_start_seq = started.first_seq
-            self.cache.last_turn = turn
+            turn = await self.start(Opening.follow_up(follow_up))
 
     def _next_follow_up(self) -> InboxItem | None:
         items = [i for i in self.cache.pending.values() if i.target == "next_turn"]

@@ -35,7 +35,7 @@ from runtime.errors import (
     lock_refusal,
 )
 from runtime.log_cache import new_inbox_id
-from runtime.loop import TurnRunner
+from runtime.loop import Opening, TurnRunner
 from runtime.messages import text_of
 from runtime.ports import NewFact, SeqConflict, SessionLog, TurnLock
 from runtime.providers import Provider, ProviderError, make_provider
@@ -161,7 +161,7 @@ class Runtime:
         lock = await self._admitted(session_id, queued)
 
         async def start(runner: TurnRunner) -> int:
-            return await runner.start_turn(text)
+            return await runner.start(Opening.message(text))
 
         runner_args = (config, provider, toolbox, auto_approve, on_delta, on_notice)
         return await self._launch(session_id, lock, runner_args, start)
@@ -184,7 +184,7 @@ class Runtime:
 
         async def start(runner: TurnRunner) -> int:
             failed = await self._failed_reply(session_id, entry_id)
-            return await runner.start_retry_turn(failed.id, failed.parent_id)
+            return await runner.start(Opening.retry(failed.id, failed.parent_id))
 
         runner_args = (config, provider, toolbox, auto_approve, on_delta, on_notice)
         return await self._launch(session_id, lock, runner_args, start)
@@ -220,8 +220,8 @@ class Runtime:
             session_id,
             lock,
             lambda run: self._replay_runner(session_id, run, prepared[0], on_delta, on_notice),
-            lambda runner: runner.start_replay_turn(
-                source, prepared[0][3], group=None, count=len(prepared)
+            lambda runner: runner.start(
+                Opening.replay(source, prepared[0][3], group=None, count=len(prepared))
             ),
         )
 
@@ -232,8 +232,8 @@ class Runtime:
                     break
                 nxt = self._replay_runner(session_id, run, rest, on_delta, on_notice)
                 await nxt.cache.load()
-                turn = await nxt.start_replay_turn(
-                    source, rest[3], group=first, count=len(prepared)
+                turn = await nxt.start(
+                    Opening.replay(source, rest[3], group=first, count=len(prepared))
                 )
                 await nxt.run_one_turn(turn)
             return run.ended
