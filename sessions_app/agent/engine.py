@@ -90,7 +90,7 @@ class Engine:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self.loop.run_in_executor(self.pool, partial(_with_connection, fn, *args))
+        return await self.loop.run_in_executor(self.pool, partial(pg.with_connection, fn, *args))
 
     # waking runs
 
@@ -204,15 +204,6 @@ def broadcast_cancel(session_id: str) -> None:
     on the control channel, which every engine's listener hears."""
     with connection.cursor() as cur:
         cur.execute("SELECT pg_notify(%s, %s)", [CONTROL_CHANNEL, f"{session_id}:cancel"])
-
-
-def _with_connection(fn: Callable[..., T], *args: Any) -> T:
-    """Run `fn` on a DB thread, dropping a connection that an earlier error broke."""
-    if connection.connection is not None and connection.errors_occurred:
-        if not connection.is_usable():
-            connection.close()
-        connection.errors_occurred = False
-    return fn(*args)
 
 
 # --- the process's one engine ------------------------------------------------------------
