@@ -29,8 +29,8 @@ from django.db import connection
 from deploy import daphne
 from sessions_app import agent, services
 from sessions_app.agent.admission import turn_place_key
-from sessions_app.pg import connection_params
 from sessions_app.models import Event, Session
+from sessions_app.pg import connection_params
 from sessions_app.services import tokens
 from sessions_app.turn_lock import turn_lock_key
 from tests.runtime.conftest import child_database_url
