@@ -1,5 +1,5 @@
-"""Connections of our own to Postgres, beside Django's: the live listener's
-LISTEN and the agent's turn locks hold one for as long as they listen or
+"""Connections of our own to Postgres, beside Django's: the process's LISTEN
+(`sessions_app.listen`) and the agent's turn locks hold one for as long as they listen or
 hold, which Django's per-request connections are not made for; and Django's connection on
 a thread of our own, kept usable between calls.
 
