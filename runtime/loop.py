@@ -4,7 +4,9 @@ A `TurnRunner` runs the turns of one session while its process holds the session
 lock. It keeps no fact to itself: each one is appended to the log as it happens, with the
 seq it expects, so the log alone tells how far a turn got. What it holds in memory (the
 last seq, its position in the tree, queued input, approval decisions) is a cache of the
-log, refreshed whenever an append finds that someone else wrote in between.
+log (`LogCache`), refreshed whenever an append finds that someone else wrote in between.
+The runner keeps turns and steps; a step's model request is `ModelRequest`'s, its tool
+calls `ToolDispatch`'s, compaction `Compactor`'s.
 
 One turn, as events:
 
