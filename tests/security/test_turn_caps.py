@@ -29,8 +29,8 @@ from django.db import connection
 from deploy import daphne
 from sessions_app import agent, services
 from sessions_app.agent.admission import turn_place_key
-from sessions_app.agent.lock import conninfo
 from sessions_app.models import Event, Session
+from sessions_app.pg import connection_params
 from sessions_app.services import tokens
 from sessions_app.turn_lock import turn_lock_key
 from tests.runtime.conftest import child_database_url
@@ -357,7 +357,7 @@ def test_a_lost_lock_connection_is_taken_back_or_its_turn_stopped(alice: Any) ->
     keys = {s.id: turn_lock_key(s.id) for s in (kept, taken)}
     holder = advisory_holders(list(keys.values()))[keys[kept.id]]
 
-    with psycopg.connect(**conninfo(), autocommit=True) as other:
+    with psycopg.connect(**connection_params(), autocommit=True) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [holder])
         until(lambda: not advisory_holders(list(keys.values())))
         other.execute("SELECT pg_advisory_lock(%s)", [keys[taken.id]])
