@@ -74,8 +74,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy .
 
+# The tests that need no browser run on every core (at most four workers, each with a test
+# database of its own); the browser tests after them, in one process.
 test: setup browser-deps pi16-deps haproxy-deps lint typecheck
-	$(BIN)/pytest -m "not browser" -q
+	$(BIN)/pytest -m "not browser" -q -n auto --maxprocesses 4
 	$(BIN)/pytest -m browser -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
 BENCH_STAMP := $(VENV)/.strand-bench-installed

@@ -55,6 +55,9 @@ log = logging.getLogger("strand.runtime")
 MODES = ("message", "steer", "follow_up")
 _TARGET = {"steer": "next_step", "follow_up": "next_turn"}
 RECENT_RUNS = 256
+# Most closers recovery appends at once: well under the store's largest batch (a reply may
+# ask for more tool calls than that; the calls past the cap are closed in pieces too).
+CLOSING_PIECE = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,13 +487,26 @@ class Runtime:
             events = await self._events_from(session_id, marker.seq, head.last_seq)
             closing = closers(turn, events)
             try:
-                await self.log.append(session_id, head.last_seq, closing.facts)
+                await self._append_in_pieces(session_id, head.last_seq, closing.facts)
             except SeqConflict:
                 continue
             log.info("session %s: closed turn %s left open by a dead process", session_id, turn)
             return Recovery(
                 session_id, turn, "closed", closing.unknown, closing.not_started, closing.step
             )
+
+    async def _append_in_pieces(
+        self, session_id: str, expected_seq: int, facts: Sequence[NewFact]
+    ) -> None:
+        """Closers in appends of at most CLOSING_PIECE facts: a reply that asked for more
+        tool calls than one append takes is closed too. `turn/end` comes last, so a process
+        that dies between two pieces leaves the turn open, and the next recovery closes
+        what is still unanswered (closers are computed from the log): still exactly once."""
+        for start in range(0, len(facts), CLOSING_PIECE):
+            appended = await self.log.append(
+                session_id, expected_seq, facts[start : start + CLOSING_PIECE]
+            )
+            expected_seq = appended.last_seq
 
     async def _open_turn(self, session_id: str) -> EventRecord | None:
         marker = await self.log.last_event(session_id, TURN_MARKERS)

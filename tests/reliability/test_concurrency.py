@@ -49,7 +49,7 @@ def test_many_clients_appending_with_expected_seq_lose_and_double_nothing(alice_
     session = services.session_create(owner=alice, title="many writers")
     # Hundreds of appends (and retries) by one user in seconds: off the append limit.
     server = start_server(BASE_PORT, STRAND_RATE_LIMITS='{"append": [0, 60]}')
-    clients, per_client = 12, 25
+    clients, per_client = 12, 12
     url = f"http://127.0.0.1:{BASE_PORT}/api/sessions/{session.id}/events"
     errors: list[str] = []
     conflicts = Counter[int]()

@@ -4,8 +4,6 @@ messages, and the system prompt and tools of Strand's requests as Pi's system me
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,28 +12,10 @@ from projections.context import build_session_context
 from sessions_app import agent, store
 from sessions_app.models import Session
 from sessions_app.services.pi_io import pi_export_lines
+from tests.pi16 import pi16_opens
 from tests.runtime.conftest import OFFLINE, wait_done
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-PI16 = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "v1.6"
-NODE = PI16 / "node_modules" / "node" / "bin" / "node"
-
-
-def pi16_opens(path: Path) -> dict[str, Any]:
-    if not NODE.exists() or not (PI16 / "node_modules/@earendil-works/pi-coding-agent").exists():
-        pytest.skip(
-            "Pi 1.6.0 and its Node are not installed in tests/fixtures/pi/v1.6 (make pi16-deps)"
-        )
-    out = subprocess.run(
-        [str(NODE), str(PI16 / "check_export.mjs"), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    loaded: dict[str, Any] = json.loads(out.stdout)
-    return loaded
 
 
 def replayed(messages: list[dict[str, Any]]) -> tuple[str, list[str]]:

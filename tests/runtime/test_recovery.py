@@ -3,6 +3,7 @@ approvals and cancellation that reach a run in another process."""
 
 from __future__ import annotations
 
+import io
 import signal
 import subprocess
 from typing import Any
@@ -14,6 +15,7 @@ from projections.chat import AssistantItem, project_chat
 from projections.trace import project_trace
 from sessions_app import agent, store
 from sessions_app.models import Session
+from sessions_app.store import NewEvent
 from tests.runtime.conftest import assert_requests_match, wait_done, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -150,3 +152,33 @@ def test_sigterm_stops_a_foreground_turn_cleanly(make_session, child):
     assert err.strip().splitlines()[-1] == "CommandError: turn 1 ended aborted"
     assert [e.type for e in events(session)][-2:] == ["step/end", "turn/end"]
     assert [r.status for r in agent.agent_recover([session.id])] == ["nothing"]
+
+
+def test_recovery_closes_a_reply_of_more_calls_than_one_append_takes(make_session, settings):
+    """A reply that asked for 1,500 tool calls, left open by a dead process: recovery closes
+    every call, in appends the store takes, and the turn once."""
+    session = make_session()
+    calls = [
+        {"type": "toolCall", "id": f"c{n}", "name": "read_file", "arguments": {"path": "x"}}
+        for n in range(1_500)
+    ]
+    assistant = {"role": "assistant", "content": calls, "stopReason": "toolUse"}
+    go = {"role": "user", "content": "read x, 1,500 times"}
+    store.append_events(
+        session.id,
+        session.last_seq,
+        [
+            NewEvent("turn/start", {"turn": 1, "trigger": "message"}),
+            NewEvent("user/message", {"entry": {"type": "message", "message": go}}),
+            NewEvent("step/start", {"turn": 1, "step": 1}),
+            NewEvent("assistant/message", {"entry": {"type": "message", "message": assistant}}),
+        ],
+    )
+    assert len(calls) > settings.STRAND_MAX_BATCH
+    out = io.StringIO()
+    call_command("recover", str(session.id), stdout=out)
+    events = store.events_after(session.id, -1, 10_000)
+    results = [e for e in events if e.type == "tool/result"]
+    assert {e.data["entry"]["message"]["toolCallId"] for e in results} == {c["id"] for c in calls}
+    assert {e.data.get("error_code") for e in results} == {"TOOL_NOT_STARTED"}
+    assert [e.data["reason"] for e in events if e.type == "turn/end"] == ["interrupted"]

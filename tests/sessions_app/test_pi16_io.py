@@ -8,7 +8,6 @@ skip, saying so.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,10 @@ from projections.tree import project_tree
 from sessions_app import selectors, store
 from sessions_app.models import Session
 from sessions_app.services import pi_io
+from tests.pi16 import PI16, pi16_opens
 
 ROOT = Path(__file__).resolve().parents[2]
 PI = ROOT / "tests" / "fixtures" / "pi"
-PI16 = PI / "v1.6"
-NODE = PI16 / "node_modules" / "node" / "bin" / "node"
 PI16_CASES = sorted(p.name.removesuffix(".jsonl") for p in (PI16 / "cases").glob("*.jsonl"))
 # Pi's context walk never returns on the self-parented entry of `orphans`, so Pi cannot be
 # asked about that file; every other 0.73.1 case is.
@@ -41,23 +39,6 @@ def import_file(path: Path, owner: Any) -> Session:
 
 def export_text(session: Session) -> str:
     return "".join(pi_io.pi_export_lines(session))
-
-
-def pi16_opens(path: Path) -> dict[str, Any]:
-    """What Pi 1.6.0 makes of the file (check_export.mjs)."""
-    if not NODE.exists() or not (PI16 / "node_modules/@earendil-works/pi-coding-agent").exists():
-        pytest.skip(
-            "Pi 1.6.0 and its Node are not installed in tests/fixtures/pi/v1.6 (make pi16-deps)"
-        )
-    out = subprocess.run(
-        [str(NODE), str(PI16 / "check_export.mjs"), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    loaded: dict[str, Any] = json.loads(out.stdout)
-    return loaded
 
 
 @pytest.mark.django_db
