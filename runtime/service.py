@@ -34,7 +34,8 @@ from runtime.errors import (
     TurnRunning,
     lock_refusal,
 )
-from runtime.loop import DeltaSink, NoticeSink, Run, TurnEnded, TurnRunner, new_inbox_id
+from runtime.log_cache import new_inbox_id
+from runtime.loop import Opening, TurnRunner
 from runtime.messages import text_of
 from runtime.ports import NewFact, SeqConflict, SessionLog, TurnLock
 from runtime.providers import Provider, ProviderError, make_provider
@@ -46,6 +47,7 @@ from runtime.replay import (
     replay_header,
     replay_tool_names,
 )
+from runtime.run import DeltaSink, NoticeSink, Run, TurnEnded
 from runtime.tools import Toolbox
 
 log = logging.getLogger("strand.runtime")
@@ -161,11 +163,13 @@ class Runtime:
             return queued
         lock = await self._admitted(session_id, queued)
 
-        async def start(runner: TurnRunner) -> int:
-            return await runner.start_turn(text)
+        async def opening() -> Opening:
+            return Opening.message(text)
 
-        runner_args = (config, provider, toolbox, auto_approve, on_delta, on_notice)
-        return await self._launch(session_id, lock, runner_args, start)
+        runners = self._runners(
+            session_id, (config, provider, toolbox), auto_approve, on_delta, on_notice
+        )
+        return Sent(turn=await self._launch(session_id, lock, runners, opening))
 
     async def retry(
         self,
@@ -183,12 +187,14 @@ class Runtime:
         config, provider, toolbox = await self._setup(session_id)
         lock = await self._admitted(session_id, await self._exclusive(session_id))
 
-        async def start(runner: TurnRunner) -> int:
+        async def opening() -> Opening:
             failed = await self._failed_reply(session_id, entry_id)
-            return await runner.start_retry_turn(failed.id, failed.parent_id)
+            return Opening.retry(failed.id, failed.parent_id)
 
-        runner_args = (config, provider, toolbox, auto_approve, on_delta, on_notice)
-        return await self._launch(session_id, lock, runner_args, start)
+        runners = self._runners(
+            session_id, (config, provider, toolbox), auto_approve, on_delta, on_notice
+        )
+        return Sent(turn=await self._launch(session_id, lock, runners, opening))
 
     async def replay(
         self,
@@ -217,53 +223,53 @@ class Runtime:
                 (config, self.provider_factory(config), self.toolbox_factory(config), header)
             )
         lock = await self._admitted(session_id, await self._exclusive(session_id))
-        run, runner, first = await self._begin(
-            session_id,
-            lock,
-            lambda run: self._replay_runner(session_id, run, prepared[0], on_delta, on_notice),
-            lambda runner: runner.start_replay_turn(
-                source, prepared[0][3], group=None, count=len(prepared)
-            ),
-        )
 
-        async def drive() -> list[TurnEnded]:
+        async def opening() -> Opening:
+            return Opening.replay(source, prepared[0][3], group=None, count=len(prepared))
+
+        async def drive(run: Run, runner: TurnRunner, first: int) -> list[TurnEnded]:
             await runner.run_one_turn(first)
             for rest in prepared[1:]:
                 if run.cancelled:
                     break
-                nxt = self._replay_runner(session_id, run, rest, on_delta, on_notice)
-                await nxt.load()
-                turn = await nxt.start_replay_turn(
-                    source, rest[3], group=first, count=len(prepared)
+                nxt = self._runners(session_id, rest[:3], False, on_delta, on_notice)(run)
+                await nxt.cache.load()
+                turn = await nxt.start(
+                    Opening.replay(source, rest[3], group=first, count=len(prepared))
                 )
                 await nxt.run_one_turn(turn)
             return run.ended
 
-        run.task = asyncio.get_running_loop().create_task(
-            self._drive_work(run, drive()), context=contextvars.Context()
-        )
+        runners = self._runners(session_id, prepared[0][:3], False, on_delta, on_notice)
+        first = await self._launch(session_id, lock, runners, opening, drive)
         return Replayed(first, tuple(range(first, first + len(prepared))))
 
-    def _replay_runner(
+    def _runners(
         self,
         session_id: str,
-        run: Run,
-        prepared: tuple[AgentConfig, Provider, Toolbox, dict[str, Any]],
+        setup: tuple[AgentConfig, Provider, Toolbox],
+        auto_approve: bool,
         on_delta: DeltaSink | None,
         on_notice: NoticeSink | None,
-    ) -> TurnRunner:
-        config, provider, toolbox, _ = prepared
-        return TurnRunner(
-            self.log,
-            session_id,
-            config,
-            provider,
-            toolbox,
-            run,
-            on_delta=on_delta,
-            on_notice=on_notice,
-            approval_timeout_s=self.approval_timeout_s,
-        )
+    ) -> Callable[[Run], TurnRunner]:
+        """What makes the session's runner for a run, with what it runs with."""
+        config, provider, toolbox = setup
+
+        def runner(run: Run) -> TurnRunner:
+            return TurnRunner(
+                self.log,
+                session_id,
+                config,
+                provider,
+                toolbox,
+                run,
+                auto_approve=auto_approve,
+                on_delta=on_delta,
+                on_notice=on_notice,
+                approval_timeout_s=self.approval_timeout_s,
+            )
+
+        return runner
 
     async def _failed_reply(self, session_id: str, entry_id: str | None) -> EntryRecord:
         if entry_id is None:
@@ -289,60 +295,34 @@ class Runtime:
         self,
         session_id: str,
         lock: TurnLock,
-        runner_args: tuple[
-            AgentConfig, Provider, Toolbox, bool, DeltaSink | None, NoticeSink | None
-        ],
-        start: Callable[[TurnRunner], Awaitable[int]],
-    ) -> Sent:
-        """Start a turn under `lock` (`start` writes its first facts) and run it on."""
-        config, provider, toolbox, auto_approve, on_delta, on_notice = runner_args
-        run, runner, turn = await self._begin(
-            session_id,
-            lock,
-            lambda run: TurnRunner(
-                self.log,
-                session_id,
-                config,
-                provider,
-                toolbox,
-                run,
-                auto_approve=auto_approve,
-                on_delta=on_delta,
-                on_notice=on_notice,
-                approval_timeout_s=self.approval_timeout_s,
-            ),
-            start,
-        )
-        # A fresh context: the run outlives the request that started it.
-        run.task = asyncio.get_running_loop().create_task(
-            self._drive(run, runner, turn), context=contextvars.Context()
-        )
-        return Sent(turn=turn)
-
-    async def _begin(
-        self,
-        session_id: str,
-        lock: TurnLock,
         make_runner: Callable[[Run], TurnRunner],
-        start: Callable[[TurnRunner], Awaitable[int]],
-    ) -> tuple[Run, TurnRunner, int]:
-        """Register a run under `lock` and start its first turn (`start` writes its first
-        facts); if that fails, the run is dropped and the lock released."""
+        opening: Callable[[], Awaitable[Opening]],
+        drive: Callable[[Run, TurnRunner, int], Awaitable[list[TurnEnded]]] | None = None,
+    ) -> int:
+        """Register a run under `lock`, start its first turn (`opening` says how, asked once
+        the session is recovered) and run it on in a task of its own (`drive`; by default
+        the turn and the follow-ups queued for it); the first turn's number. If the start
+        fails, the run is dropped and the lock released."""
         run = Run(session_id, lock)
         # Registered at once, so that a cancel that comes while the turn starts finds it.
         self.runs[session_id] = run
         try:
             await self._recover_locked(session_id)
             runner = make_runner(run)
-            await runner.load()
-            turn = await start(runner)
+            await runner.cache.load()
+            turn = await runner.start(await opening())
         except BaseException:
             del self.runs[session_id]
             await lock.release()
             raise
         self._remember(run)
         run.current_turn = turn
-        return run, runner, turn
+        work = runner.run_turns(turn) if drive is None else drive(run, runner, turn)
+        # A fresh context: the run outlives the request that started it.
+        run.task = asyncio.get_running_loop().create_task(
+            self._drive_work(run, work), context=contextvars.Context()
+        )
+        return turn
 
     async def _admitted(self, session_id: str, lock: TurnLock) -> TurnLock:
         """`lock` together with a place for one more open turn (`SessionLog.admit_turn`);
@@ -398,9 +378,6 @@ class Runtime:
             except SeqConflict:
                 continue
             return Sent(inbox_id=inbox_id, target=target)
-
-    async def _drive(self, run: Run, runner: TurnRunner, turn: int) -> list[TurnEnded]:
-        return await self._drive_work(run, runner.run_turns(turn))
 
     async def _drive_work(self, run: Run, work: Awaitable[list[TurnEnded]]) -> list[TurnEnded]:
         """Run a run's turns to their end, then let go of the run and its lock."""

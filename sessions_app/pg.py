@@ -1,6 +1,7 @@
-"""Connections of our own to Postgres, beside Django's: the live listener's LISTEN and the
-agent's turn locks hold one for as long as they listen or hold, which Django's
-per-request connections are not made for.
+"""Connections of our own to Postgres, beside Django's: the process's LISTEN
+(`sessions_app.listen`) and the agent's turn locks hold one for as long as they listen or
+hold, which Django's per-request connections are not made for; and Django's connection on
+a thread of our own, kept usable between calls.
 
 Their parameters are read from Django's default database as it is *now*, not at import:
 under the test runner that is the test database, and a NOTIFY reaches only the listeners on
@@ -9,10 +10,13 @@ the database it was sent in.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from django.db import connections
+from django.db import connection, connections
 from psycopg.conninfo import make_conninfo
+
+T = TypeVar("T")
 
 
 def connection_params() -> dict[str, Any]:
@@ -31,3 +35,14 @@ def connection_params() -> dict[str, Any]:
 def conninfo() -> str:
     """The same parameters as one libpq connection string."""
     return make_conninfo(**{key: str(value) for key, value in connection_params().items()})
+
+
+def with_connection(fn: Callable[..., T], *args: Any) -> T:
+    """Run `fn` on a thread that keeps its Django connection between calls (the agent's and
+    the websockets' database threads), first dropping a connection that an earlier error
+    broke (a restarted Postgres, a killed backend): the next query then opens a fresh one."""
+    if connection.connection is not None and connection.errors_occurred:
+        if not connection.is_usable():
+            connection.close()
+        connection.errors_occurred = False
+    return fn(*args)

@@ -1,5 +1,5 @@
 """This process's agent engine: the loop thread the runtime's turns run on, its database
-threads, and its LISTEN connection.
+threads, and its wake-ups from the process's listener.
 
 Turns run as asyncio tasks on the engine's loop, a thread started on first use, so that a
 turn outlives the request that started it whether the caller is an async consumer, a sync
@@ -7,10 +7,11 @@ view or a command. Database work runs on a small pool of threads with their own 
 connections. Nothing durable stays in memory: every fact is appended through the store, and
 a restarted process rebuilds all it needs from the log.
 
-Cross-process control. The engine keeps one connection LISTENing on `strand_events`
-(payload "<session id>:<last seq>", sent by the store at commit): a run waiting for an
-approval decision wakes up and reads the log. Cancellation is a NOTIFY on `strand_control`
-with payload "<session id>:cancel"; the process running the turn cancels it.
+Cross-process control. The engine subscribes to the process's one LISTEN connection
+(`sessions_app.listen`) for `strand_events` (payload "<session id>:<last seq>", sent by the
+store at commit): a run waiting for an approval decision wakes up and reads the log.
+Cancellation is a NOTIFY on `strand_control` with payload "<session id>:cancel"; the process
+running the turn cancels it.
 
 Turn locks. Every turn lock and turn place the process holds is on one connection
 (`agent.lock.ProcessLocks`), however many turns are open; every `LOCK_CHECK_S` the engine
@@ -28,12 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-import psycopg
 from django.conf import settings
 from django.db import connection, connections
 
 from runtime import Runtime
-from sessions_app import pg, store
+from sessions_app import listen, pg, store
 from sessions_app.agent.admission import ProcessTurns
 from sessions_app.agent.lock import ProcessLocks
 from sessions_app.agent.log import PostgresLog
@@ -53,7 +53,7 @@ DEFAULT_APPROVAL_TIMEOUT_S = 600.0
 
 
 class Engine:
-    """The agent loop thread, its database threads, the LISTEN connection and the runtime."""
+    """The agent loop thread, its database threads, its wake-ups and the runtime."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -64,7 +64,7 @@ class Engine:
         self.latest: dict[str, int] = {}  # session → newest seq we heard of
         self.waiters: dict[str, set[asyncio.Event]] = {}
         self.listening = threading.Event()
-        self._listener: asyncio.Task[None] | None = None
+        self._wakeups = _Wakeups(self)
         self._watcher: asyncio.Task[None] | None = None
         self.thread = threading.Thread(target=self._main, name="strand-agent", daemon=True)
         self.thread.start()
@@ -75,7 +75,7 @@ class Engine:
         self.loop.run_forever()
 
     async def _start(self) -> None:
-        self._listener = self.loop.create_task(self._listen())
+        listen.subscribe(self._wakeups)
         self._watcher = self.loop.create_task(self._watch_locks())
 
     # calling in
@@ -90,7 +90,7 @@ class Engine:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self.loop.run_in_executor(self.pool, partial(_with_connection, fn, *args))
+        return await self.loop.run_in_executor(self.pool, partial(pg.with_connection, fn, *args))
 
     # waking runs
 
@@ -112,31 +112,6 @@ class Engine:
             pass
         finally:
             self.waiters.get(session_id, set()).discard(waiter)
-
-    async def _listen(self) -> None:
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    **pg.connection_params(), autocommit=True
-                )
-            except (psycopg.Error, OSError):
-                log.warning("agent listener: cannot connect to Postgres; retrying")
-                await asyncio.sleep(1.0)
-                continue
-            try:
-                await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
-                await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
-                self.listening.set()
-                async for note in conn.notifies():
-                    self._on_notify(note.channel, note.payload)
-            except asyncio.CancelledError:
-                raise
-            except (psycopg.Error, OSError):
-                log.warning("agent listener: connection lost; reconnecting")
-                await asyncio.sleep(0.5)
-            finally:
-                self.listening.clear()
-                await conn.close()
 
     async def _watch_locks(self) -> None:
         while True:
@@ -165,14 +140,14 @@ class Engine:
     def shutdown(self, timeout: float = 10.0) -> None:
         async def stop() -> None:
             await self.runtime.stop_all(timeout)
-            for task in (self._listener, self._watcher):
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
+            if self._watcher is not None:
+                self._watcher.cancel()
+                await asyncio.gather(self._watcher, return_exceptions=True)
 
         try:
             self.call(stop(), timeout + 5)
         finally:
+            listen.unsubscribe(self._wakeups, wait=True)
             self._close_db_threads()
             self.locks.close()
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -193,6 +168,25 @@ class Engine:
             future.result(10)
 
 
+class _Wakeups:
+    """The engine's subscription to the process's listener: commits wake the runs that
+    wait for events, cancels reach the runs they name (on the engine's loop)."""
+
+    channels = (EVENTS_CHANNEL, CONTROL_CHANNEL)
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def on_listening(self) -> None:
+        self.engine.listening.set()
+
+    def on_lost(self) -> None:
+        self.engine.listening.clear()
+
+    def on_notify(self, channel: str, payload: str) -> None:
+        self.engine.loop.call_soon_threadsafe(self.engine._on_notify, channel, payload)
+
+
 def approval_timeout_s() -> float | None:
     """How long a turn waits for an approval decision (None or 0 in settings: forever)."""
     value = getattr(settings, "STRAND_APPROVAL_TIMEOUT_S", DEFAULT_APPROVAL_TIMEOUT_S)
@@ -204,15 +198,6 @@ def broadcast_cancel(session_id: str) -> None:
     on the control channel, which every engine's listener hears."""
     with connection.cursor() as cur:
         cur.execute("SELECT pg_notify(%s, %s)", [CONTROL_CHANNEL, f"{session_id}:cancel"])
-
-
-def _with_connection(fn: Callable[..., T], *args: Any) -> T:
-    """Run `fn` on a DB thread, dropping a connection that an earlier error broke."""
-    if connection.connection is not None and connection.errors_occurred:
-        if not connection.is_usable():
-            connection.close()
-        connection.errors_occurred = False
-    return fn(*args)
 
 
 # --- the process's one engine ------------------------------------------------------------

@@ -15,10 +15,10 @@ can take that authorisation away later, and how each process hears of it:
 
 The triggers (migration 0005) fire for every writer, the ORM, the admin, a management
 command or psql alike, and Postgres delivers the notification at commit to every process.
-Each process's live listener (`sessions_app.live.listener`) LISTENs on this channel too and awaits
-`account_changed`, which re-checks the matching local sockets before the listener reads its
-next notification, so an event committed after the change never reaches a socket the change
-shut out. Re-checking, rather than closing, keeps open what is still allowed: staff who lose
+Each process's live listener (`sessions_app.live.listener`) hears this channel too, through
+the process's one LISTEN connection (`sessions_app.listen`), and awaits `account_changed`,
+which re-checks the matching local sockets before the listener takes its next notification,
+so an event committed after the change never reaches a socket the change shut out. Re-checking, rather than closing, keeps open what is still allowed: staff who lose
 staff keep the socket on their own session, and a sign-out in one browser leaves the same
 user's other browsers alone.
 

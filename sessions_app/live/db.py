@@ -38,6 +38,8 @@ from typing import Any, TypeVar
 
 from django.db import connection, connections
 
+from sessions_app import pg
+
 log = logging.getLogger("strand.live")
 
 T = TypeVar("T")
@@ -100,7 +102,7 @@ class _Threads:
             if not job.future.set_running_or_notify_cancel():
                 continue
             try:
-                result = _with_connection(job.fn, *job.args)
+                result = pg.with_connection(job.fn, *job.args)
             except BaseException as exc:  # handed to the caller
                 job.future.set_exception(exc)
             else:
@@ -112,16 +114,6 @@ class _Threads:
             self.jobs.put((CLOSE, next(self.arrivals), barrier))
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait()
-
-
-def _with_connection(fn: Callable[..., T], *args: Any) -> T:
-    """Run `fn`, first dropping a connection that an earlier error broke (a restarted
-    Postgres, a killed backend): the next query then opens a fresh one."""
-    if connection.connection is not None and connection.errors_occurred:
-        if not connection.is_usable():
-            connection.close()
-        connection.errors_occurred = False
-    return fn(*args)
 
 
 _lock = threading.Lock()

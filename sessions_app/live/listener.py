@@ -2,10 +2,11 @@
 
 The append path issues `NOTIFY strand_events, '<session id>:<last seq>'` inside its
 transaction; Postgres delivers it at commit, to every connection that listens, in every
-process. Each process runs one listener: a task on its event loop holding one dedicated
-async psycopg connection. On a notification for a session that local websockets watch, the
-listener reads the new events once, encodes each once, and hands them to those websockets
-as a `session.events` message, by calling each socket's `deliver` directly (no trip through
+process. Each process listens on one connection (`sessions_app.listen`, which the agent
+engine subscribes to as well); the live listener is a task on the websockets' event loop
+that takes that connection's notifications in order. On a notification for a session that
+local websockets watch, it reads the new events once, encodes each once, and hands them to
+those websockets as a `session.events` message, by calling each socket's `deliver` directly (no trip through
 the channel layer: at 200 viewers that trip, a copy, a queue and a task wake-up per viewer,
 was most of the delivery time); a websocket sends the events that follow its own cursor and,
 should it see a gap, reads the log from its cursor instead. A notification carries no
@@ -24,13 +25,12 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-import psycopg
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 
-from sessions_app import pg
+from sessions_app import listen
 from sessions_app.live import access as live_access
 from sessions_app.live import db as live_db
 from sessions_app.live_protocol import (
@@ -60,7 +60,9 @@ log = logging.getLogger("strand.live")
 # How long a subscriber waits for the listener's first LISTEN before reading the log anyway
 # (the listener nudges every subscriber once it is listening, so nothing is lost).
 READY_TIMEOUT_S = 5.0
-MAX_BACKOFF_S = 10.0
+# What the process's listener says besides notifications, queued in order with them.
+_LISTENING = ("", "listening")
+_LOST = ("", "lost")
 
 
 # Most events read and encoded in one go for a notification; a larger batch (an import)
@@ -71,7 +73,6 @@ FETCH_LIMIT = 200
 @dataclass
 class _Listener:
     loop: asyncio.AbstractEventLoop
-    conninfo: str
     subscribers: dict[str, set[str]] = field(default_factory=dict)  # session → channels
     # channel → a coroutine function that takes a `session.events` message directly
     deliverers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = field(default_factory=dict)
@@ -79,30 +80,55 @@ class _Listener:
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     listened: bool = False  # has listened before (so a LISTEN now follows a lost connection)
     task: asyncio.Task[None] | None = None
-    connection: psycopg.AsyncConnection[Any] | None = None
+    # (channel, payload) from the process's listener, in the order it heard them
+    notes: asyncio.Queue[tuple[str, str]] = field(default_factory=asyncio.Queue)
+
+    channels: ClassVar[tuple[str, ...]] = (NOTIFY_CHANNEL, live_access.ACCOUNT_CHANNEL)
+
+    @property
+    def connection(self) -> Any:
+        """The process's LISTEN connection, while it has one."""
+        return listen.connection()
 
     def start(self) -> None:
         self.task = self.loop.create_task(self._run(), name="strand-live-listener")
+        listen.subscribe(self)
+
+    # --- called on the process listener's thread ---
+
+    def on_notify(self, channel: str, payload: str) -> None:
+        self._hand((channel, payload))
+
+    def on_listening(self) -> None:
+        self._hand(_LISTENING)
+
+    def on_lost(self) -> None:
+        self._hand(_LOST)
+
+    def _hand(self, note: tuple[str, str]) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.notes.put_nowait, note)
+        except RuntimeError:  # this listener's loop has gone
+            listen.unsubscribe(self)
+
+    # --- on the websockets' loop ---
 
     async def _run(self) -> None:
-        backoff = 0.25
         while True:
+            channel, payload = await self.notes.get()
             try:
-                await self._listen()
+                await self._take(channel, payload)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.warning("live listener lost its connection; retrying", exc_info=True)
-            self.listening.clear()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+                # Whatever was missed, every socket reads again from its own cursor.
+                log.warning("live listener: a notification failed; rereading", exc_info=True)
+                with contextlib.suppress(Exception):
+                    live_access.recheck_all_soon()
+                    await self._nudge_all()
 
-    async def _listen(self) -> None:
-        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
-        self.connection = conn
-        try:
-            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            await conn.execute(f"LISTEN {live_access.ACCOUNT_CHANNEL}")
+    async def _take(self, channel: str, payload: str) -> None:
+        if (channel, payload) == _LISTENING:
             self.listening.set()
             # Commits made while this listener was not listening were not notified here.
             # (Sockets wait for the first LISTEN before their access check: `wait_listening`.)
@@ -110,19 +136,16 @@ class _Listener:
                 live_access.recheck_all_soon()
             self.listened = True
             await self._nudge_all()
-            async for note in conn.notifies():
-                if note.channel == live_access.ACCOUNT_CHANNEL:
-                    # Awaited before the next notification: an event committed after an
-                    # account change never reaches a socket that the change shuts out.
-                    await live_access.account_changed(note.payload)
-                    continue
-                parsed = parse_payload(note.payload)
-                if parsed is not None:
-                    await self._forward(*parsed)
-        finally:
-            self.connection = None
-            with contextlib.suppress(Exception):
-                await conn.close()
+        elif (channel, payload) == _LOST:
+            self.listening.clear()
+        elif channel == live_access.ACCOUNT_CHANNEL:
+            # Awaited before the next notification: an event committed after an account
+            # change never reaches a socket that the change shuts out.
+            await live_access.account_changed(payload)
+        else:
+            parsed = parse_payload(payload)
+            if parsed is not None:
+                await self._forward(*parsed)
 
     async def _forward(self, session_id: str, last_seq: int | None) -> None:
         channels = self.subscribers.get(session_id)
@@ -165,6 +188,8 @@ class _Listener:
             await self._forward(session_id, None)
 
     async def stop(self) -> None:
+        # The last subscriber to leave closes the process's connection: waited for here.
+        await asyncio.to_thread(listen.unsubscribe, self, wait=True)
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -181,7 +206,9 @@ def _current() -> _Listener:
     loop = asyncio.get_running_loop()
     if _listener is None or _listener.loop is not loop:
         # A listener on another (finished) loop is abandoned with it.
-        _listener = _Listener(loop=loop, conninfo=pg.conninfo())
+        if _listener is not None:
+            listen.unsubscribe(_listener)
+        _listener = _Listener(loop=loop)
         _listener.start()
     elif _listener.task is None or _listener.task.done():
         _listener.start()
