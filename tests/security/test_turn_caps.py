@@ -33,7 +33,7 @@ from sessions_app.models import Event, Session
 from sessions_app.pg import connection_params
 from sessions_app.services import tokens
 from sessions_app.turn_lock import turn_lock_key
-from tests.runtime.conftest import child_database_url
+from tests.runtime.conftest import child_database_url, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -271,8 +271,11 @@ def test_waiting_turns_hold_no_connection_of_their_own(
     for session in sessions:
         as_alice.waiting(session)
 
-    # Twenty more waiting turns; a connection each would be twenty more connections.
-    assert before > 0 and connections_of(server) <= before + 2
+    # Twenty more waiting turns; a connection each would be twenty more connections, held
+    # for as long as they wait. (The threads that served the requests may hold theirs a
+    # moment longer on a busy machine: the count is asked until it settles.)
+    assert before > 0
+    wait_for(lambda: connections_of(server) <= before + 2, timeout=10)
     holders = advisory_holders([turn_lock_key(s.id) for s in [warm, *sessions]])
     assert len(holders) == 21 and len(set(holders.values())) == 1  # one connection holds all
 
