@@ -70,6 +70,7 @@ from runtime.providers.base import (
 from runtime.recovery import closers
 from runtime.replay import ReplaySource
 from runtime.tools import Toolbox, ToolOutcome, check_arguments
+from runtime.workspace import WorkspaceRecorder
 
 T = TypeVar("T")
 log = logging.getLogger("strand.runtime")
@@ -217,6 +218,7 @@ class TurnRunner:
         # written with reason "replay" before its first request whatever the header in force.
         self.replay_header: Mapping[str, Any] | None = None
         self.replay_header_written = False
+        self.files = WorkspaceRecorder(log, session_id, config.cwd, config.limits.workspace)
 
     @property
     def takes_input(self) -> bool:
@@ -327,13 +329,16 @@ class TurnRunner:
     async def start_turn(self, text: str) -> int:
         """Write `turn/start` and the user's message; the turn's number."""
         turn = self.last_turn + 1
+        files = await self.files.before_turn(self.leaf)
         started = await self.append(
             [
                 NewFact("turn/start", {"turn": turn, "trigger": "message"}, turn=turn),
+                *files.facts,
                 _user_fact(text, turn, None),
             ]
         )
         assert started is not None
+        await self.files.settle(files)
         self.turn_start_seq = started.first_seq
         self.last_turn = turn
         self.follow_leaf = False
@@ -343,6 +348,7 @@ class TurnRunner:
         """Write `turn/start` (trigger retry) and move the leaf back to `point`, where the
         failed reply was asked from; the turn's first request is built from there."""
         turn = self.last_turn + 1
+        files = await self.files.before_turn(point)
 
         def facts(_: int) -> list[NewFact]:
             start = {"turn": turn, "trigger": "retry", "retry_of": failed_entry_id}
@@ -350,10 +356,12 @@ class TurnRunner:
             return [
                 NewFact("turn/start", start, turn=turn),
                 NewFact("leaf/moved", moved, turn=turn),
+                *files.facts,
             ]
 
         started = await self.append(facts)
         assert started is not None
+        await self.files.settle(files)
         self.leaf = point
         self.turn_start_seq = started.first_seq
         self.last_turn = turn
@@ -368,6 +376,7 @@ class TurnRunner:
         first replay of a group names it (`group` None: this turn)."""
         turn = self.last_turn + 1
         self.replay_header = dict(header)
+        files = await self.files.before_turn(source.leaf_entry_id)
 
         def facts(_: int) -> list[NewFact]:
             start = {
@@ -381,10 +390,12 @@ class TurnRunner:
             return [
                 NewFact("turn/start", start, turn=turn),
                 NewFact("leaf/moved", moved, turn=turn),
+                *files.facts,
             ]
 
         started = await self.append(facts)
         assert started is not None
+        await self.files.settle(files)
         self.leaf = source.leaf_entry_id
         self.turn_start_seq = started.first_seq
         self.last_turn = turn
@@ -889,7 +900,9 @@ class TurnRunner:
                         break  # cancelled while this tool ran
                     outcome = task.result()
                 assert outcome is not None
-                await self.append([_result_fact(plan.call, outcome, turn, step)])
+                result = _result_fact(plan.call, outcome, turn, step)
+                ran = plan.call.name if plan.runnable else ""
+                await self.append(await self.files.after_tool(ran, plan.call.call_id, result))
                 written += 1
         except BaseException:
             for task in tasks.values():
