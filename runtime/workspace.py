@@ -46,6 +46,9 @@ from runtime.errors import AgentError
 from runtime.ports import NewFact, SessionLog
 from runtime.tools import WorkspaceQuota
 
+# Where sessions' own folders are, in their owner's folder: a session working in the owner's
+# folder itself never records them (they are other sessions' files).
+SESSIONS = "sessions"
 # Every this many snapshots on a path, one carries the whole manifest (a checkpoint).
 CHECKPOINT_EVERY = 32
 # The tools whose calls may change files (those of Pi's that do as well, by name).
@@ -99,7 +102,7 @@ def scan(root: Path, known: Manifest, quota: WorkspaceQuota) -> Scanned:
     changed: dict[str, WorkspaceFile] = {}
     blobs: dict[str, bytes] = {}
     total = 0
-    for rel, info in _walk(root):
+    for rel, info in _walk(root, _skipped(root, quota)):
         total += info.st_size
         if quota.max_entries and len(found) >= quota.max_entries:
             raise WorkspaceTooLarge(
@@ -134,7 +137,7 @@ def scan(root: Path, known: Manifest, quota: WorkspaceQuota) -> Scanned:
     return Scanned(changed, deleted, blobs, dict(sorted(found.items())))
 
 
-def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
+def _walk(root: Path, skip: frozenset[str]) -> list[tuple[str, os.stat_result]]:
     out: list[tuple[str, os.stat_result]] = []
     if not root.is_dir() or root.is_symlink():
         return out
@@ -152,11 +155,20 @@ def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
             except OSError:
                 continue
             if stat.S_ISDIR(info.st_mode):
-                stack.append((Path(item.path), rel + "/"))
+                if rel not in skip:
+                    stack.append((Path(item.path), rel + "/"))
             elif stat.S_ISREG(info.st_mode):
                 out.append((rel, info))
     out.sort()
     return out
+
+
+def _skipped(root: Path, quota: WorkspaceQuota) -> frozenset[str]:
+    """The folders under `root` that are not its session's: the other sessions' folders
+    when `root` is their owner's folder (the quota's folder)."""
+    if quota.folder and os.path.realpath(quota.folder) == os.path.realpath(root):
+        return frozenset({SESSIONS})
+    return frozenset()
 
 
 def _read(path: Path) -> bytes | None:
@@ -183,6 +195,13 @@ def materialize(
     for rel, state in change.write.items():
         _write(root, rel, state, blobs[state.sha256])
     return dict(target)
+
+
+def copy_files(source: Path, target: Path, quota: WorkspaceQuota) -> Manifest:
+    """Copy the regular files of `source` into the empty folder `target` (no link, no
+    other session's folder), within `quota`; the manifest copied."""
+    found = scan(source, {}, quota)
+    return materialize(target, {}, found.manifest, found.blobs)
 
 
 def _real_folders(root: Path, path: Path) -> bool:
