@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from sessions_app import store
-from sessions_app.models import Session
+from sessions_app.models import Session, WorkspaceBlob
+from sessions_app.selectors.verify import verify_session
 from sessions_app.store.blobs import blobs_get
 from tests.api.conftest import Api, body_of, wait_for, wait_idle
 
@@ -115,3 +116,40 @@ def test_a_fork_starts_from_its_fork_points_files(api: Api, bob: Any) -> None:
     [read] = say(api, fork, "read a.txt")
     assert "at the fork point" in output(read)
     assert (Path(session.cwd) / "a.txt").read_text() == "after the fork point"
+
+
+# --- reading the workspace at an entry ---------------------------------------------------
+
+
+def test_the_files_at_each_entry_a_page_at_a_time(api: Api, as_bob: Api) -> None:
+    session = new_session(api)
+    say(api, session, "list files")
+    before = leaf(session)
+    say(api, session, "write a.txt: one\nwrite b.txt: two\nwrite c/d.txt: three")
+    base = f"/sessions/{session.id}/files"
+
+    first = body_of(api.get(f"{base}?limit=2"))
+    assert first["total"] == 3 and [f["path"] for f in first["files"]] == ["a.txt", "b.txt"]
+    rest = body_of(api.get(f"{base}?limit=2&cursor={first['next_cursor']}"))
+    assert [f["path"] for f in rest["files"]] == ["c/d.txt"] and rest["next_cursor"] is None
+    assert body_of(api.get(f"{base}?entry={before}"))["files"] == []
+
+    one = body_of(api.get(f"{base}/c/d.txt"))
+    assert one["text"] == "three" and not one["binary"] and one["size"] == 5
+    missing = api.get(f"{base}/c/d.txt?entry={before}")
+    assert missing.status_code == 404 and body_of(missing)["error"] == "not_found"
+    assert api.get(f"{base}?entry=nosuch").status_code in (404, 422)
+    assert api.get(f"{base}?cursor=garbage").status_code == 422
+    # Another user learns nothing, not even that the session exists.
+    for url in (base, f"{base}/a.txt"):
+        refused = as_bob.get(url)
+        assert refused.status_code == 404, refused.content
+
+
+def test_verify_finds_a_snapshot_whose_content_is_gone(api: Api) -> None:
+    session = new_session(api)
+    say(api, session, "write kept.txt: kept")
+    assert verify_session(Session.objects.get(id=session.id)) is None
+    WorkspaceBlob.objects.filter(owner=session.owner).delete()
+    problem = verify_session(Session.objects.get(id=session.id))
+    assert problem is not None and "is not stored" in problem
