@@ -285,11 +285,16 @@ class WorkspaceRecorder:
         self.manifest: Manifest = {}
         self.path: list[str] = []
         self.snapshots: list[Snapshot] = []
+        # Whether the last turn was cut short (its process died) since the last snapshot:
+        # what its tools changed is then recorded as `recovery`.
+        self.interrupted = False
 
     async def _load(self) -> str | None:
         events = await self.log.events_of_types(self.sid, (SNAPSHOT,))
         self.snapshots = [snapshot_of(e) for e in events]
-        shown = await folder_entry(self.log, self.sid, events[-1] if events else None)
+        shown, self.interrupted = await folder_entry(
+            self.log, self.sid, events[-1] if events else None
+        )
         self.path = await self._path(shown)
         self.manifest = fold_workspace(self.path, self.snapshots)
         return shown
@@ -311,7 +316,8 @@ class WorkspaceRecorder:
         if not found.empty:
             await self.log.put_blobs(self.sid, found.blobs)
             self.manifest = found.manifest
-            out.facts.append(self._record("outside", shown, found.files, found.deleted))
+            reason = "recovery" if self.interrupted else "outside"
+            out.facts.append(self._record(reason, shown, found.files, found.deleted))
         if start == shown:
             return out
         path = await self._path(start)
@@ -389,19 +395,21 @@ _PENDING = 1 << 62
 
 async def folder_entry(
     log: SessionLog, session_id: str, last_snapshot: EventRecord | None
-) -> str | None:
+) -> tuple[str | None, bool]:
     """The entry the session's folder shows: that of its newest snapshot, unless a turn
-    ended after it, then the leaf that turn ended at (None: the root, no entry yet)."""
+    ended after it, then the leaf that turn ended at (None: the root, no entry yet); and
+    whether that turn was interrupted (its process died, recovery closed it)."""
     ended = await log.last_event(session_id, ("turn/end",))
     if ended is None or (last_snapshot is not None and last_snapshot.seq > ended.seq):
         if last_snapshot is None:
-            return None
+            return None, False
         at = last_snapshot.data.get("at")
-        return at if isinstance(at, str) else None
+        return (at if isinstance(at, str) else None), False
+    interrupted = ended.data.get("reason") == "interrupted"
     leaf = await log.last_event(session_id, _LEAF_TYPES, before_seq=ended.seq)
     if leaf is None:
-        return None
+        return None, interrupted
     if leaf.type == "leaf/moved":
         to = leaf.data.get("to")
-        return to if isinstance(to, str) else None
-    return leaf.entry_id
+        return (to if isinstance(to, str) else None), interrupted
+    return leaf.entry_id, interrupted

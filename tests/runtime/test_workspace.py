@@ -136,3 +136,25 @@ def test_a_scan_hashes_only_what_changed_and_respects_the_quota(tmp_path: Path) 
     assert list(second.files) == ["b"] and list(second.blobs.values()) == [b"3"]
     with pytest.raises(WorkspaceTooLarge, match="more than 1 files"):
         scan(tmp_path, {}, WorkspaceQuota(max_entries=1))
+
+
+def test_what_a_turn_cut_short_left_is_recorded_as_recovery(tmp_path: Path) -> None:
+    log = FakeLog()
+    sid = log.create(OFFLINE, cwd=str(tmp_path))
+    rt = Runtime(log)
+
+    async def go() -> None:
+        await turn(rt, sid, "hi")
+        # A turn whose process died after its tool wrote a file, closed by recovery.
+        head = await log.head(sid)
+        cut = [
+            NewFact("turn/start", {"turn": 2, "trigger": "message"}, turn=2),
+            NewFact("turn/end", {"turn": 2, "reason": "interrupted"}, turn=2),
+        ]
+        await log.append(sid, head.last_seq, cut)
+        (tmp_path / "half.txt").write_text("written before the crash")
+        await turn(rt, sid, "read half.txt")
+
+    run(go())
+    [snap] = snapshots(log, sid)
+    assert snap["reason"] == "recovery" and list(snap["files"]) == ["half.txt"]

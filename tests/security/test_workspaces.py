@@ -198,8 +198,9 @@ def test_the_new_session_form_refuses_every_folder_outside_the_owners(
     client = page_client(alice)
     home = client.get(reverse("home"))
     html = home.content.decode()
-    # The form offers her folder as `~`: the page never shows the server's path.
-    assert 'name="cwd" value="~"' in html and str(folders.root) not in html
+    # The form offers a folder of the session's own: the page never shows the server's path.
+    assert 'name="cwd" value=""' in html and "~/sessions/" in html
+    assert str(folders.root) not in html
     before = snapshot(folders.root)
     for name, cwd in {**attacks(folders), "a NUL byte": "~/a\x00b"}.items():
         response = post_page(
