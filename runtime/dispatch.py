@@ -24,6 +24,7 @@ from runtime.ports import NewFact
 from runtime.providers.base import ToolCallRequest
 from runtime.run import Run
 from runtime.tools import Toolbox, ToolOutcome, check_arguments
+from runtime.workspace import WorkspaceRecorder
 
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
 ABORTED = "ABORTED"
@@ -59,6 +60,7 @@ class ToolDispatch:
         auto_approve: bool,
         approval_timeout_s: float | None,
         notice: Callable[..., None],
+        files: WorkspaceRecorder,
     ) -> None:
         self.cache = cache
         self.config = config
@@ -69,6 +71,7 @@ class ToolDispatch:
         # Set when an approval timed out: the turn ends with reason approval_timeout.
         self.approval_timed_out = False
         self.notice = notice
+        self.files = files
 
     async def dispatch(self, turn: int, step: int, calls: list[ToolCallRequest]) -> bool:
         """Run the reply's calls up to the cap on one reply's tool calls; those past it are
@@ -137,7 +140,10 @@ class ToolDispatch:
                         break  # cancelled while this tool ran
                     outcome = task.result()
                 assert outcome is not None
-                await self.cache.append([_result_fact(plan.call, outcome, turn, step)])
+                # With what the tool changed in the folder, if it may change files.
+                result = _result_fact(plan.call, outcome, turn, step)
+                ran = plan.call.name if plan.runnable else ""
+                await self.cache.append(await self.files.after_tool(ran, plan.call.call_id, result))
                 written += 1
         except BaseException:
             for task in tasks.values():

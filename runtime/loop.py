@@ -48,6 +48,7 @@ from runtime.recovery import closers
 from runtime.replay import ReplaySource
 from runtime.run import Cancelled, DeltaSink, Notice, NoticeSink, Run, StepResult, TurnEnded
 from runtime.tools import Toolbox
+from runtime.workspace import WorkspaceRecorder
 
 log = logging.getLogger("strand.runtime")
 
@@ -153,6 +154,7 @@ class TurnRunner:
         self.run = run
         self.on_notice = on_notice
         self.cache = LogCache(log, session_id)
+        self.files = WorkspaceRecorder(log, session_id, config.cwd, config.limits.workspace)
         self.compactor = Compactor(self.cache, config, provider)
         self.request = ModelRequest(
             self.cache, config, provider, toolbox, run, self.compactor, on_delta
@@ -165,6 +167,7 @@ class TurnRunner:
             auto_approve=auto_approve,
             approval_timeout_s=approval_timeout_s,
             notice=self._notice,
+            files=self.files,
         )
         self._open_step: int | None = None
         self.turn_start_seq = 0
@@ -184,12 +187,18 @@ class TurnRunner:
         turn = self.cache.last_turn + 1
         if opening.header is not None:
             self.request.replay_header = dict(opening.header)
+        # The folder brought to the files of the entry the turn starts from (changes made by
+        # hand recorded first), in the same append as the facts that open the turn.
+        files = await self.files.before_turn(opening.to if opening.moves else self.cache.leaf)
 
         def facts(_: int) -> list[NewFact]:
-            return opening.facts(turn, self.cache.leaf)
+            opened = opening.facts(turn, self.cache.leaf)
+            at = len(opened) if opening.moves else 1  # after the leaf moves, or turn/start
+            return [*opened[:at], *files.facts, *opened[at:]]
 
         started = await self.cache.append(facts)
         assert started is not None
+        await self.files.settle(files)
         if opening.moves:
             self.cache.leaf = opening.to
         self.turn_start_seq = started.first_seq

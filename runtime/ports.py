@@ -112,3 +112,12 @@ class SessionLog(Protocol):
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         """Return when events after `after_seq` may exist, or after `timeout` seconds."""
         ...
+
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
+        """Store workspace file contents (sha256 → bytes) for the session's owner, before
+        the `workspace/snapshot` that names them; storing one again changes nothing."""
+        ...
+
+    async def get_blobs(self, session_id: str, shas: Sequence[str]) -> dict[str, bytes]:
+        """The contents of those of `shas` the session's owner holds."""
+        ...

@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sessions_app.limits import ENTRY_ID_MAX
 
@@ -365,6 +372,80 @@ class InboxClaimed(EventData):
     outcome: Literal["delivered", "discarded"] = "delivered"
 
 
+# --- the workspace -----------------------------------------------------------------------
+
+SHA256 = r"^[0-9a-f]{64}$"
+# A workspace path: relative, "/"-separated, no "." or ".." part, no NUL (checked below).
+WORKSPACE_PATH_MAX = 4096
+
+
+class FileState(BaseModel):
+    """One file of a workspace: its content's hash (the key of its blob), size in bytes,
+    permission bits, and the modification time the folder had when it was recorded (a
+    restore sets it back, so a later scan can skip files whose size and time agree)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    sha256: str = Field(pattern=SHA256)
+    size: int = Field(ge=0)
+    mode: int = Field(default=0o644, ge=0, le=0o7777)
+    mtime_ns: int = Field(default=0, ge=0)
+
+
+def _check_workspace_path(path: str) -> str:
+    parts = path.split("/")
+    if (
+        not path
+        or len(path) > WORKSPACE_PATH_MAX
+        or "\x00" in path
+        or path.startswith("/")
+        or any(part in ("", ".", "..") for part in parts)
+    ):
+        raise ValueError(f"{path[:200]!r} is not a relative workspace path")
+    return path
+
+
+class WorkspaceSnapshot(EventData):
+    """What changed in the session's folder (DESIGN §11), recorded at entry `at` (None: at
+    the root, before every entry, so on every path). `files` maps each path written to its
+    new state, `deleted` lists the paths removed. A `full` snapshot is also a manifest
+    checkpoint: `manifest` holds the whole workspace at `at` after its changes, so a fold
+    may start from it (`projections.workspace`).
+
+    Reasons: `tool` (a tool call changed files; `call_id` names it), `outside` (changed by
+    hand since the last snapshot, found before a turn), `restore` (the folder was brought
+    to the workspace of `at`, the entry a turn starts from; it changes no file of the fold),
+    `fork` (a forked session starts from its fork point's files), `upload`, `recovery`."""
+
+    type = "workspace/snapshot"
+    at: str | None = Field(default=None, max_length=ENTRY_KEY_MAX)
+    reason: Literal["tool", "outside", "restore", "fork", "upload", "recovery"]
+    files: dict[str, FileState] = Field(default_factory=dict)
+    deleted: list[str] = Field(default_factory=list)
+    full: bool = False
+    manifest: dict[str, FileState] | None = None
+    call_id: str | None = Field(default=None, max_length=200)
+
+    @model_validator(mode="after")
+    def _checkpoint(self) -> WorkspaceSnapshot:
+        if self.full != (self.manifest is not None):
+            raise ValueError("a full snapshot carries its manifest, and only a full one does")
+        return self
+
+    @field_validator("files", "manifest")
+    @classmethod
+    def _file_paths(cls, files: dict[str, FileState] | None) -> dict[str, FileState] | None:
+        for path in files or {}:
+            _check_workspace_path(path)
+        return files
+
+    @field_validator("deleted")
+    @classmethod
+    def _deleted_paths(cls, deleted: list[str]) -> list[str]:
+        for path in deleted:
+            _check_workspace_path(path)
+        return deleted
+
+
 EVENT_TYPES: dict[str, type[EventData]] = {
     cls.type: cls
     for cls in (
@@ -396,6 +477,7 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         ApprovalDecided,
         InboxQueued,
         InboxClaimed,
+        WorkspaceSnapshot,
     )
 }
 

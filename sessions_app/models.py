@@ -261,3 +261,31 @@ class RequestAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.type}"
+
+
+class WorkspaceBlob(models.Model):
+    """The content of one workspace file, addressed by its SHA-256 (DESIGN §11).
+
+    Deduplicated within one owner: every session of theirs that holds the same bytes names
+    the same row. Never shared across owners, so nothing about one user's files (not even
+    that some content exists) can be learnt through another's. Rows are written before the
+    `workspace/snapshot` that names them (idempotently: an existing row is kept)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="strand_blobs"
+    )
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    content = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "sha256"], name="workspace_blob_owner_sha"),
+            models.CheckConstraint(
+                condition=models.Q(sha256__regex=r"^[0-9a-f]{64}$"), name="workspace_blob_sha"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}:{self.sha256[:12]} ({self.size} bytes)"

@@ -23,6 +23,13 @@ their sessions there share one quota, however they spread over subfolders), else
 session's working directory itself (a granted folder, which others may share, is not
 counted whole); and the size and depth of one write.
 
+Each session works in a folder of its own (DESIGN §11): unless the user picks one, a new
+session (and every fork) gets `~/sessions/<short id>`, made on demand. A folder is worked in
+by one session: a session asking for a folder another session already works in starts from
+a copy of it in a folder of its own, so no two sessions ever share files (the copy holds
+the regular files, within the workspace quota; links are not copied). A session working in
+the owner's own folder itself never records `~/sessions`, the other sessions' folders.
+
 What users see is relative: `~` is the owner's own folder (`~/project` a folder inside it),
 `@label` a granted folder. The server's absolute paths are never shown, and users may type
 these forms (or a path relative to their folder) where a working directory is asked for.
@@ -39,9 +46,12 @@ from django.conf import settings
 
 from runtime.config import DEFAULT_MAX_TOOL_CALLS_PER_REPLY, RunLimits
 from runtime.tools import WorkspaceQuota
+from runtime.workspace import SESSIONS, WorkspaceTooLarge, copy_files
 from sessions_app.errors import DomainError
 
 OWN = "~"
+# What `cwd_for` returns for a session that gets a folder of its own (`session_folder`).
+NEW_FOLDER = "~/sessions/(new)"
 # What a session shows for a working directory that is in none of its owner's folders.
 OUTSIDE = "(outside its owner's folder)"
 
@@ -145,7 +155,7 @@ def cwd_for(user: Any, asked: str) -> str:
     own folder; `@label/x`: in a granted folder; an absolute path: as it resolves."""
     asked = asked.strip()
     if not asked:
-        return default_cwd(user)
+        return new_folder(user)
     if "\x00" in asked:
         raise WorkspaceNotAllowed("a working directory must not contain NUL characters")
     if asked.startswith("@"):
@@ -228,3 +238,33 @@ def run_limits(owner: Any, cwd: str) -> RunLimits:
 
 def _setting(name: str, default: int) -> int:
     return max(int(getattr(settings, name, default)), 0)
+
+
+def new_folder(owner: Any) -> str:
+    """What a session of `owner` that gets a folder of its own asks for: NEW_FOLDER, or ""
+    (no workspace) when no root is configured."""
+    return NEW_FOLDER if own_folder(owner) is not None else ""
+
+
+def session_folder(owner: Any, cwd: str, session_id: str, *, in_use: bool) -> str:
+    """The real folder a new session `session_id` of `owner` works in, made and marked:
+    its own `~/sessions/<short id>` for NEW_FOLDER, or for a folder another session works
+    in (`in_use`), which it starts from a copy of; else `cwd` as checked ("": none)."""
+    if cwd != NEW_FOLDER and not in_use:
+        return check_owned_cwd(owner, cwd)
+    own = own_folder(owner)
+    if own is None:
+        raise WorkspaceNotAllowed("no workspace root is configured (STRAND_WORKSPACE_ROOTS)")
+    folder = own / SESSIONS / session_id.replace("-", "")[:12]
+    folder.mkdir(parents=True, exist_ok=False)
+    real = check_owned_cwd(owner, str(folder))
+    if in_use:
+        source = check_owned_cwd(owner, cwd)
+        try:
+            copy_files(Path(source), Path(real), run_limits(owner, real).workspace)
+        except WorkspaceTooLarge as exc:
+            raise DomainError(
+                f"{display_cwd(owner, source)} is another session's folder, and a new "
+                f"session starts from a copy of it; {exc}"
+            ) from None
+    return real

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from projections.chat import NOT_STARTED, OUTCOME_UNKNOWN
@@ -15,6 +15,7 @@ from sessions_app.agent.admission import PlaceHolder, TurnPlace
 from sessions_app.agent.lock import PgTurnLock
 from sessions_app.selectors import context, events
 from sessions_app.selectors import runtime as reads
+from sessions_app.store import blobs
 
 # What closes work already under way: a turn or step ending, and the synthetic results of
 # tool calls that will never run. Past the storage quota these are still written (counted,
@@ -58,6 +59,14 @@ def _setup(session_id: str) -> SessionSetup:
     preset = presets.preset_for_turn(session.preset)
     cwd = workspaces.cwd_for_turn(session.owner, session.cwd)
     return SessionSetup(preset, cwd, workspaces.run_limits(session.owner, cwd))
+
+
+def _put_blobs(session_id: str, contents: Mapping[str, bytes]) -> None:
+    blobs.blobs_put(owner_id=blobs.session_owner_id(session_id), blobs=contents)
+
+
+def _get_blobs(session_id: str, shas: Sequence[str]) -> dict[str, bytes]:
+    return blobs.blobs_get(owner_id=blobs.session_owner_id(session_id), shas=shas)
 
 
 def _last_event(
@@ -128,3 +137,10 @@ class PostgresLog:
 
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         await self._engine.wait_for_events(session_id, after_seq, timeout)
+
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
+        if blobs:
+            await self._engine.db(_put_blobs, session_id, blobs)
+
+    async def get_blobs(self, session_id: str, shas: Sequence[str]) -> dict[str, bytes]:
+        return await self._engine.db(_get_blobs, session_id, shas) if shas else {}

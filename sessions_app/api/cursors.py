@@ -31,6 +31,8 @@ KINDS: dict[str, dict[str, str]] = {
     "below": {"as_of": "int", "leaf": "id?", "parent": "id"},
     # Two branches compared, the rows from `offset` after their divergence on.
     "compare": {"a": "id", "b": "id", "offset": "int"},
+    # The files of the workspace at `entry` (null: the root's), from row `offset` on.
+    "files": {"entry": "id?", "offset": "int"},
 }
 
 

@@ -4,6 +4,8 @@ The entry table, the session's leaf, `last_seq` and counters are written by the 
 in the same transaction as the events; this module folds the log again, independently, and
 names the first place where the two disagree. Request manifests are checked too: each
 `request/sent` hash must equal the hash of the payload rebuilt from the stored facts.
+Workspace snapshots too: every content a snapshot names must be in its owner's blob store
+with that hash.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.db import connection
 from projections.context import EMPTY_CONTEXT, SessionContext
 from projections.records import EntryRecord, EventRecord
 from projections.request import RequestNotFound, check_request
+from projections.workspace import SNAPSHOT
 from sessions_app import store
 from sessions_app.models import Session
 from sessions_app.selectors import request_context
@@ -60,7 +63,36 @@ def verify_session(session: Session) -> str | None:
         return f"the current leaf is {session.leaf_entry_id!r}, the log says {leaf!r}"
     if title is not None and session.title != title:
         return f"the title is {session.title!r}, the log says {title!r}"
-    return _check_requests(session, events, expected)
+    return _check_workspace(session, events) or _check_requests(session, events, expected)
+
+
+def _check_workspace(session: Session, events: list[EventRecord]) -> str | None:
+    """The first snapshot naming a content its owner's store lacks (or holds under another
+    hash), or None."""
+    named: dict[str, int] = {}
+    for event in events:
+        if event.type != SNAPSHOT:
+            continue
+        for state in [
+            *event.data.get("files", {}).values(),
+            *(event.data.get("manifest") or {}).values(),
+        ]:
+            named.setdefault(str(state["sha256"]), event.seq)
+    if not named:
+        return None
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT sha256, encode(sha256(content), 'hex') = sha256 FROM sessions_app_workspaceblob "
+            "WHERE owner_id = %s AND sha256 = ANY(%s)",
+            [session.owner_id, sorted(named)],
+        )
+        held = dict(cur.fetchall())
+    for sha, seq in sorted(named.items(), key=lambda item: item[1]):
+        if sha not in held:
+            return f"workspace/snapshot at seq {seq} names content {sha[:12]}… that is not stored"
+        if not held[sha]:
+            return f"workspace/snapshot at seq {seq}: content {sha[:12]}… does not match its hash"
+    return None
 
 
 def _all_events(session: Session) -> list[EventRecord]:

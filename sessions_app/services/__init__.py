@@ -21,6 +21,7 @@ from sessions_app.errors import DomainError
 from sessions_app.models import Session, SessionDeletion
 from sessions_app.presets import DEFAULT_PRESET as DEFAULT_PRESET  # re-exported
 from sessions_app.presets import OFFLINE, PresetNotFound, preset_name_of, preset_resolve
+from sessions_app.services.workspace import workspace_fork, workspace_materialize
 from sessions_app.store import NewEvent
 from sessions_app.turn_lock import turn_lock_key
 
@@ -58,8 +59,10 @@ def session_create(
     """A new session with its `session/created` event at seq 0.
 
     `preset` names one of the server's presets (default: offline); the session records the
-    name with a snapshot of the preset for display. `cwd` must be "" (no workspace) or lie
-    in one of the owner's folders (`workspaces`), whoever asks.
+    name with a snapshot of the preset for display. `cwd` must be "" (no workspace),
+    `workspaces.NEW_FOLDER` (a folder of its own) or lie in one of the owner's folders
+    (`workspaces`), whoever asks; a folder another session works in is copied into a folder
+    of the new session's own (`workspaces.session_folder`).
     """
     if len(title) > 500:
         raise DomainError("title is longer than 500 characters")
@@ -68,9 +71,14 @@ def session_create(
         chosen = preset_resolve(name)
     except PresetNotFound as exc:
         raise NotAllowed(str(exc)) from None
-    cwd = workspaces.check_owned_cwd(owner, cwd)
+    session_id = uuid.uuid4()
+    if cwd and cwd != workspaces.NEW_FOLDER:
+        cwd = workspaces.check_owned_cwd(owner, cwd)
+    in_use = bool(cwd) and Session.objects.filter(cwd=cwd).exists()
+    cwd = workspaces.session_folder(owner, cwd, str(session_id), in_use=in_use)
     with transaction.atomic():
         session = Session.objects.create(
+            id=session_id,
             owner=owner,
             title=title,
             cwd=cwd,
@@ -173,9 +181,10 @@ def session_fork(
 ) -> Session:
     """A new session of `owner` holding the root→entry path, as Pi's /fork does.
 
-    A fork by the session's owner keeps its working directory; a fork by anyone else (staff
-    may fork what they may read) works in the forker's own folder, never the owner's. It
-    keeps the preset's name either way.
+    A fork works in a folder of its own in the forker's folder (staff may fork what they
+    may read, never into the owner's folder), which starts with the files of the fork point
+    (`workspace_fork`: a `fork` snapshot there, the contents copied for another owner). It
+    keeps the preset's name.
 
     Label entries are left out of the copied path and re-applied at its end, as Pi does, so
     the new session carries the labels of the entries it copied.
@@ -184,12 +193,11 @@ def session_fork(
     if not path:
         raise DomainError(f"{entry_id!r} is not an entry of session {session.id}")
     labels = _labels_on(session.id, {e.id for e in path})
-    own = session.owner_id == owner.pk
     with transaction.atomic():
         fork = session_create(
             owner=owner,
             title=title if title is not None else f"{session.title or 'Session'} (fork)",
-            cwd=session.cwd if own else workspaces.default_cwd(owner),
+            cwd=workspaces.new_folder(owner) if session.cwd else "",
             preset=preset_name_of(session.preset),
             source="fork",
             parent=session,
@@ -212,6 +220,11 @@ def session_fork(
             chunk = events[chunk_start : chunk_start + settings.STRAND_MAX_BATCH]
             fork.refresh_from_db(fields=["last_seq"])
             store.append_events(fork.id, fork.last_seq, chunk)
+        fork.refresh_from_db(fields=["last_seq"])
+        manifest = workspace_fork(source=session, fork=fork, entry_id=entry_id)
+    # Slow I/O after the commit: the fold says what the folder holds, and writing it out is
+    # repeatable from the facts.
+    workspace_materialize(session=fork, manifest=manifest)
     fork.refresh_from_db()
     return fork
 

@@ -86,7 +86,7 @@ def pi_import(
             session = services.session_create(
                 owner=owner,
                 title=name,
-                cwd=workspaces.default_cwd(owner) if cwd is None else cwd,
+                cwd=workspaces.new_folder(owner) if cwd is None else cwd,
                 source="import:pi",
                 pi_header=header,
             )

@@ -49,8 +49,9 @@ class SessionNewForm(forms.Form):
         field = self.fields["preset"]
         assert isinstance(field, forms.ChoiceField)
         field.choices = preset_choices()
-        # Shown relative to the user's own folder: the server's layout is nobody's business.
-        self.fields["cwd"].initial = workspaces.OWN if workspaces.own_folder(user) else ""
+        # Empty: the session gets a folder of its own (`workspaces.NEW_FOLDER`). Folders are
+        # typed relative to the user's own: the server's layout is nobody's business.
+        self.has_workspace = workspaces.own_folder(user) is not None
 
     def clean_preset(self) -> str:
         try:

@@ -78,6 +78,9 @@ SESSION_ENDPOINTS = [
     Endpoint("GET", "/sessions/{sid}/views/requests/{seq}"),
     Endpoint("GET", "/sessions/{sid}/approvals"),
     Endpoint("GET", "/sessions/{sid}/export"),
+    Endpoint("GET", "/sessions/{sid}/files?entry={entry}"),
+    # A path the workspace does not hold: the owner and staff are told so.
+    Endpoint("GET", "/sessions/{sid}/files/no/such.txt", owner=404),
     Endpoint(
         "POST", "/sessions/{sid}/approvals/{approval}", {"outcome": "allowed"}, True, 204, True
     ),
@@ -121,6 +124,7 @@ def test_every_api_path_is_in_the_matrix() -> None:
         f"{e.method.lower()} {e.path.split('?')[0]}".replace("{sid}", "{session_id}")
         .replace("{approval}", "{approval_id}")
         .replace("{last_request}", "{seq}")
+        .replace("/files/no/such.txt", "/files/{file_path}")
         for e in SESSION_ENDPOINTS + ACCOUNT_ENDPOINTS
     } | {"post /tokens", "delete /tokens/{token_id}"}
     assert {d.lower() for d in documented} == covered
@@ -206,7 +210,7 @@ def _expected(persona: str, endpoint: Endpoint) -> int:
     if persona == "bob":
         return 404
     assert persona == "carol"
-    return 403 if endpoint.write else 200
+    return 403 if endpoint.write else (endpoint.owner if endpoint.owner == 404 else 200)
 
 
 @pytest.mark.parametrize("mode", ["token", "cookie"])

@@ -208,9 +208,12 @@ def sign_in(page: Page, server: Server, user: User) -> None:
     expect(page.locator("h1", has_text="Sessions")).to_be_visible()
 
 
-def new_session(page: Page, title: str) -> str:
-    """Start a session with the offline model from the list page; its URL."""
+def new_session(page: Page, title: str, cwd: str = "") -> str:
+    """Start a session with the offline model from the list page (in a folder of its own,
+    unless `cwd` names one); its URL."""
     page.fill(".new-session input[name=title]", title)
+    if cwd:
+        page.fill(".new-session input[name=cwd]", cwd)
     page.click(".new-session button[type=submit]")
     expect(page.locator(".session-head h1")).to_have_text(title)
     wait_live(page)

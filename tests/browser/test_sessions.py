@@ -46,7 +46,8 @@ def test_sign_in_start_a_session_and_see_the_answer_stream_with_tool_calls(
     signed_in: Page,
 ) -> None:
     page = signed_in
-    new_session(page, "First steps")
+    # In her own folder (or, if another session works there, a copy of it): README.md.
+    new_session(page, "First steps", cwd="~")
     send(page, "list files and read README.md")
     # The answer streams into the page before it is committed.
     page.wait_for_function("() => window.strandLive.deltas > 0")
@@ -111,7 +112,9 @@ def test_approve_a_write(signed_in: Page, workspace: Path, user: User) -> None:
     wait_turn(page)
     expect(page.locator(".approval")).to_have_count(0)
     expect(page.locator("#chat details.tool")).to_have_class(re.compile("status-ok"))
-    assert (user_folder(workspace, user) / "approved.txt").read_text() == "written after approval"
+    # In the session's own folder, inside hers.
+    [written] = user_folder(workspace, user).glob("sessions/*/approved.txt")
+    assert written.read_text() == "written after approval"
     screenshot(page, "05-approved-write")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import secrets
 import uuid
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ class _Session:
     entries: dict[str, EntryRecord] = field(default_factory=dict)
     leaf: str | None = None
     locked: bool = False
+    blobs: dict[str, bytes] = field(default_factory=dict)
 
 
 class FakeLock:
@@ -167,6 +169,15 @@ class FakeLog:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
+        for sha, content in blobs.items():
+            assert hashlib.sha256(content).hexdigest() == sha
+            self.sessions[session_id].blobs.setdefault(sha, bytes(content))
+
+    async def get_blobs(self, session_id: str, shas: Sequence[str]) -> dict[str, bytes]:
+        held = self.sessions[session_id].blobs
+        return {sha: held[sha] for sha in shas if sha in held}
 
     # --- helpers for tests -------------------------------------------------------------
 

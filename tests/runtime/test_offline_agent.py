@@ -58,6 +58,7 @@ def test_a_message_runs_a_turn_with_parallel_tools(make_session):
     assert [(e.turn, e.reason) for e in ended] == [(1, "completed")]
     assert types_after(session) == [
         "turn/start",
+        "workspace/snapshot",  # the files the folder held before the first turn
         "user/message",
         "step/start",
         "request/header",
@@ -75,10 +76,11 @@ def test_a_message_runs_a_turn_with_parallel_tools(make_session):
         "turn/end",
     ]
     all_events = events(session)
-    header, sent_event = all_events[4], all_events[5]
+    header, sent_event = all_events[5], all_events[6]
     assert header.data["reason"] == "initial"
     assert sent_event.data["header_seq"] == header.seq
-    assert sent_event.data["leaf_entry_id"] == all_events[2].entry_id
+    assert sent_event.data["leaf_entry_id"] == all_events[3].entry_id
+    assert all_events[2].data["reason"] == "outside" and "notes.txt" in all_events[2].data["files"]
     calls = of_type(session, "tool/call")
     results = of_type(session, "tool/result")
     # Recorded in the model's order, each result under the previous one in the tree.

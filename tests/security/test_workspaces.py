@@ -169,7 +169,9 @@ def test_the_api_takes_the_owners_folder_and_shows_it_relative(
     absolute = api.post("/sessions", {"title": "absolute", "cwd": str(folders.alice / "abs")})
     shown = [body_of(r)["cwd"] for r in (default, project, relative, absolute)]
     assert [r.status_code for r in (default, project, relative, absolute)] == [201] * 4
-    assert shown == ["~", "~/project", "~/docs/notes", "~/abs"]
+    # A session that asks for no folder gets one of its own (DESIGN §11).
+    assert shown[0].startswith("~/sessions/") and len(shown[0]) > len("~/sessions/")
+    assert shown[1:] == ["~/project", "~/docs/notes", "~/abs"]
     assert (folders.alice / "project").is_dir() and (folders.alice / "docs" / "notes").is_dir()
     stored = Session.objects.get(id=body_of(project)["id"])
     assert stored.cwd == str(folders.alice / "project")
@@ -196,8 +198,9 @@ def test_the_new_session_form_refuses_every_folder_outside_the_owners(
     client = page_client(alice)
     home = client.get(reverse("home"))
     html = home.content.decode()
-    # The form offers her folder as `~`: the page never shows the server's path.
-    assert 'name="cwd" value="~"' in html and str(folders.root) not in html
+    # The form offers a folder of the session's own: the page never shows the server's path.
+    assert 'name="cwd" value=""' in html and "~/sessions/" in html
+    assert str(folders.root) not in html
     before = snapshot(folders.root)
     for name, cwd in {**attacks(folders), "a NUL byte": "~/a\x00b"}.items():
         response = post_page(
@@ -220,7 +223,7 @@ def test_the_new_session_form_refuses_every_folder_outside_the_owners(
 
 def test_a_session_in_her_own_folder_cannot_reach_bobs_files(folders: Folders, alice: User) -> None:
     api = token_api(alice)
-    sid = body_of(api.post("/sessions", {"title": "mine"}))["id"]
+    sid = body_of(api.post("/sessions", {"title": "mine", "cwd": "~"}))["id"]
     results = run(
         api,
         sid,
@@ -254,11 +257,12 @@ def test_an_imported_file_naming_bobs_folder_gets_the_importers_own(
     response = api.client.post("/api/sessions/import", {"file": upload}, **extra)
     assert response.status_code == 201, response.content
     created = body_of(response)["session"]
-    assert created["cwd"] == "~"
-    assert Session.objects.get(id=created["id"]).cwd == str(folders.alice)
+    # A folder of its own in hers, never the folder the file names.
+    assert created["cwd"].startswith("~/sessions/")
+    assert Path(Session.objects.get(id=created["id"]).cwd).parent == folders.alice / "sessions"
     results = run(api, created["id"], "list files and read secret.txt")
     listing, secret = (e.data["entry"]["message"] for e in results)
-    assert "mine.txt" in json.dumps(listing) and "secret.txt" not in json.dumps(listing)
+    assert "secret.txt" not in json.dumps(listing)
     assert secret["isError"]
     assert SECRET not in all_events_text()
 
@@ -267,7 +271,7 @@ def test_the_import_form_gives_the_importers_own_folder(folders: Folders, alice:
     upload = SimpleUploadedFile("s.jsonl", pi_file_naming(folders.bob))
     response = post_page(page_client(alice), reverse("session-import"), {"file": upload})
     assert response.status_code == 200
-    assert Session.objects.get().cwd == str(folders.alice)
+    assert Path(Session.objects.get().cwd).parent == folders.alice / "sessions"
 
 
 def test_the_import_command_keeps_to_the_owners_folders(
@@ -283,7 +287,7 @@ def test_the_import_command_keeps_to_the_owners_folders(
         call_command("import_pi", str(source), "--owner", "alice", "--cwd", str(folders.bob))
     assert Session.objects.count() == 0 and snapshot(folders.root) == before
     call_command("import_pi", str(source), "--owner", "alice")
-    assert Session.objects.get().cwd == str(folders.alice)
+    assert Path(Session.objects.get().cwd).parent == folders.alice / "sessions"
 
 
 # --- forks ----------------------------------------------------------------------------------
@@ -299,7 +303,7 @@ def test_staff_fork_from_the_page_works_in_their_own_folder(
     assert response.status_code == 200
     fork = Session.objects.get(owner=carol)
     carols = Path(workspaces.default_cwd(carol))
-    assert fork.cwd == str(carols) and fork.parent_id == talk.id
+    assert Path(fork.cwd).parent == carols / "sessions" and fork.parent_id == talk.id
     assert str(folders.root) not in response.content.decode()
     results = run(token_api(carol), fork.id, "list files and read mine.txt")
     listing, mine = (e.data["entry"]["message"] for e in results)
@@ -307,7 +311,7 @@ def test_staff_fork_from_the_page_works_in_their_own_folder(
     assert "alice's own notes" not in all_events_text()
 
 
-def test_staff_cannot_fork_through_the_api_and_an_owners_fork_keeps_the_folder(
+def test_staff_cannot_fork_through_the_api_and_an_owners_fork_gets_a_folder_of_its_own(
     folders: Folders, alice: User, carol: User
 ) -> None:
     api = token_api(alice)
@@ -317,7 +321,7 @@ def test_staff_cannot_fork_through_the_api_and_an_owners_fork_keeps_the_folder(
     refused = token_api(carol).post(f"/sessions/{sid}/fork", {"entry_id": entry})
     assert refused.status_code == 403 and Session.objects.count() == 1
     own = api.post(f"/sessions/{sid}/fork", {"entry_id": entry})
-    assert own.status_code == 201 and body_of(own)["cwd"] == "~/project"
+    assert own.status_code == 201 and body_of(own)["cwd"].startswith("~/sessions/")
 
 
 # --- sessions that break the rule -----------------------------------------------------------

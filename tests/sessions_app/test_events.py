@@ -52,6 +52,12 @@ SAMPLES = {
     "approval/decided": {"approval_id": "p1", "outcome": "rejected"},
     "inbox/queued": {"inbox_id": "i1", "target": "next_step", "text": "steer"},
     "inbox/claimed": {"inbox_id": "i1"},
+    "workspace/snapshot": {
+        "at": "e1",
+        "reason": "tool",
+        "files": {"notes.txt": {"sha256": "a" * 64, "size": 3, "mode": 0o644}},
+        "deleted": ["old.txt"],
+    },
 }
 
 

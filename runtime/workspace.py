@@ -1,0 +1,415 @@
+"""The session's folder as facts (DESIGN §11): scanning it, recording what changed, and
+bringing it to the workspace of the entry a turn starts from.
+
+The folder on disk is a cache of the `workspace/snapshot` facts. Which entry it shows is
+itself read from the log: the entry of the newest snapshot, or the leaf a turn ended at
+when a turn ended after it. Three moments record a snapshot:
+
+- after a tool call that may change files: what the scan finds, at the call's result
+  (reason `tool`), in the same append as that result;
+- before a turn, under the turn lock: what changed since the last snapshot (by hand), at
+  the entry the folder showed (reason `outside`), so nothing is ever lost;
+- then, when the turn starts from another entry: `restore` at that entry, in the same
+  append as `turn/start`, after which the folder is rewritten to that entry's workspace.
+
+A scan compares each file's size and modification time with the manifest first and hashes
+only what differs; contents go to the owner's blob store before the snapshot naming them.
+Symbolic links and special files are never followed, recorded nor written: a link in the
+folder is left alone, and a restore replaces a link on its way rather than write through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from projections.records import EventRecord
+from projections.workspace import (
+    SNAPSHOT,
+    Manifest,
+    Snapshot,
+    WorkspaceFile,
+    fold_workspace,
+    manifest_data,
+    since_checkpoint,
+    snapshot_of,
+    workspace_change,
+)
+from runtime.errors import AgentError
+from runtime.ports import NewFact, SessionLog
+from runtime.tools import WorkspaceQuota
+
+# Where sessions' own folders are, in their owner's folder: a session working in the owner's
+# folder itself never records them (they are other sessions' files).
+SESSIONS = "sessions"
+# Every this many snapshots on a path, one carries the whole manifest (a checkpoint).
+CHECKPOINT_EVERY = 32
+# The tools whose calls may change files (those of Pi's that do as well, by name).
+CHANGES_FILES = frozenset({"write_file", "write", "edit", "bash"})
+# Entry events: the leaf a turn ended at is the newest of these (or a `leaf/moved`).
+_LEAF_TYPES = (
+    "user/message",
+    "assistant/message",
+    "tool/result",
+    "entry/message",
+    "entry/model_change",
+    "entry/thinking_level_change",
+    "entry/compaction",
+    "entry/branch_summary",
+    "entry/custom",
+    "entry/custom_message",
+    "entry/label",
+    "entry/session_info",
+    "entry/usage",
+    "entry/context_edit",
+    "leaf/moved",
+)
+
+
+class WorkspaceTooLarge(AgentError):
+    """The folder holds more than the session's workspace quota lets Strand record."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scanned:
+    """What a scan found against a manifest: the changed files, the deleted paths, the new
+    contents by hash, and the folder's manifest now."""
+
+    files: Mapping[str, WorkspaceFile]
+    deleted: tuple[str, ...]
+    blobs: Mapping[str, bytes]
+    manifest: Manifest
+
+    @property
+    def empty(self) -> bool:
+        return not self.files and not self.deleted
+
+
+# --- the disk ----------------------------------------------------------------------------
+
+
+def scan(root: Path, known: Manifest, quota: WorkspaceQuota) -> Scanned:
+    """The regular files under `root` compared with `known`, within `quota` (its bytes and
+    entries; 0 turns a bound off)."""
+    found: dict[str, WorkspaceFile] = {}
+    changed: dict[str, WorkspaceFile] = {}
+    blobs: dict[str, bytes] = {}
+    total = 0
+    for rel, info in _walk(root, _skipped(root, quota)):
+        total += info.st_size
+        if quota.max_entries and len(found) >= quota.max_entries:
+            raise WorkspaceTooLarge(
+                f"the session's folder holds more than {quota.max_entries} files, more than "
+                "its workspace may record"
+            )
+        if quota.max_bytes and total > quota.max_bytes:
+            raise WorkspaceTooLarge(
+                f"the session's folder holds more than {quota.max_bytes} bytes, more than "
+                "its workspace may record"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        before = known.get(rel)
+        if (
+            before is not None
+            and before.size == info.st_size
+            and before.mtime_ns == info.st_mtime_ns
+            and before.mode == mode
+        ):
+            found[rel] = before
+            continue
+        content = _read(root / rel)
+        if content is None:
+            continue  # gone or turned into something else while we looked
+        sha = hashlib.sha256(content).hexdigest()
+        state = WorkspaceFile(sha, len(content), mode, info.st_mtime_ns)
+        found[rel] = state
+        if before is None or (before.sha256, before.mode) != (sha, mode):
+            changed[rel] = state
+            blobs[sha] = content
+    deleted = tuple(sorted(path for path in known if path not in found))
+    return Scanned(changed, deleted, blobs, dict(sorted(found.items())))
+
+
+def _walk(root: Path, skip: frozenset[str]) -> list[tuple[str, os.stat_result]]:
+    out: list[tuple[str, os.stat_result]] = []
+    if not root.is_dir() or root.is_symlink():
+        return out
+    stack = [(root, "")]
+    while stack:
+        folder, prefix = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for item in entries:
+            rel = f"{prefix}{item.name}"
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if rel not in skip:
+                    stack.append((Path(item.path), rel + "/"))
+            elif stat.S_ISREG(info.st_mode):
+                out.append((rel, info))
+    out.sort()
+    return out
+
+
+def _skipped(root: Path, quota: WorkspaceQuota) -> frozenset[str]:
+    """The folders under `root` that are not its session's: the other sessions' folders
+    when `root` is their owner's folder (the quota's folder)."""
+    if quota.folder and os.path.realpath(quota.folder) == os.path.realpath(root):
+        return frozenset({SESSIONS})
+    return frozenset()
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read()
+
+
+def materialize(
+    root: Path, current: Manifest, target: Manifest, blobs: Mapping[str, bytes]
+) -> Manifest:
+    """Rewrite `root` from `current` (what it holds) to `target`, the manifest it then
+    holds. Each written file gets its recorded time back, so later scans skip it."""
+    change = workspace_change(current, target)
+    for rel in change.delete:
+        path = root / rel
+        if _real_folders(root, path) and (path.is_symlink() or path.is_file()):
+            path.unlink()
+    for rel, state in change.write.items():
+        _write(root, rel, state, blobs[state.sha256])
+    return dict(target)
+
+
+def copy_files(source: Path, target: Path, quota: WorkspaceQuota) -> Manifest:
+    """Copy the regular files of `source` into the empty folder `target` (no link, no
+    other session's folder), within `quota`; the manifest copied."""
+    found = scan(source, {}, quota)
+    return materialize(target, {}, found.manifest, found.blobs)
+
+
+def _real_folders(root: Path, path: Path) -> bool:
+    """Whether every folder between `root` and `path` is a real folder (no link)."""
+    current = root
+    for part in path.relative_to(root).parts[:-1]:
+        current = current / part
+        if current.is_symlink() or not current.is_dir():
+            return False
+    return True
+
+
+def _make_parents(root: Path, path: Path) -> None:
+    """Make `path`'s parent a real folder under `root`: a link or a file in the way is
+    removed, never followed."""
+    current = root
+    for part in path.relative_to(root).parts[:-1]:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            current.unlink()
+        if not current.exists():
+            current.mkdir()
+
+
+def _write(root: Path, rel: str, state: WorkspaceFile, content: bytes) -> None:
+    path = root / rel
+    _make_parents(root, path)
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_dir():
+        _remove_tree(path)
+    temp = path.with_name(f".{path.name}.strand-{secrets.token_hex(4)}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+    os.chmod(temp, state.mode)
+    if state.mtime_ns:
+        os.utime(temp, ns=(state.mtime_ns, state.mtime_ns))
+    os.replace(temp, path)
+
+
+def _remove_tree(path: Path) -> None:
+    for item in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if item.is_dir() and not item.is_symlink():
+            item.rmdir()
+        else:
+            item.unlink()
+    path.rmdir()
+
+
+# --- the facts ---------------------------------------------------------------------------
+
+
+@dataclass
+class TurnStartFiles:
+    """What a turn's start records about the folder, and the rewrite to do once recorded."""
+
+    facts: list[NewFact] = field(default_factory=list)
+    _restore: tuple[Manifest, Manifest] | None = None
+
+
+class WorkspaceRecorder:
+    """Records a session's folder as facts for one run of turns (none without a folder).
+    The module's docstring says when."""
+
+    def __init__(
+        self,
+        log: SessionLog,
+        session_id: str,
+        cwd: str,
+        quota: WorkspaceQuota,
+        *,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+    ) -> None:
+        self.log = log
+        self.sid = session_id
+        self.root = Path(cwd) if cwd else None
+        self.quota = quota
+        self.checkpoint_every = max(checkpoint_every, 1)
+        # The folder as the facts have it, the entry it shows and that entry's path.
+        self.manifest: Manifest = {}
+        self.path: list[str] = []
+        self.snapshots: list[Snapshot] = []
+        # Whether the last turn was cut short (its process died) since the last snapshot:
+        # what its tools changed is then recorded as `recovery`.
+        self.interrupted = False
+
+    async def _load(self) -> str | None:
+        events = await self.log.events_of_types(self.sid, (SNAPSHOT,))
+        self.snapshots = [snapshot_of(e) for e in events]
+        shown, self.interrupted = await folder_entry(
+            self.log, self.sid, events[-1] if events else None
+        )
+        self.path = await self._path(shown)
+        self.manifest = fold_workspace(self.path, self.snapshots)
+        return shown
+
+    async def _path(self, entry_id: str | None) -> list[str]:
+        if entry_id is None:
+            return []
+        return [e.id for e in await self.log.path(self.sid, entry_id)]
+
+    async def before_turn(self, start: str | None) -> TurnStartFiles:
+        """Under the turn lock, before the turn's first facts: record hand changes at the
+        entry the folder shows, then (if the turn starts elsewhere) a `restore` at `start`.
+        The facts go in the turn's first append; `settle` then rewrites the folder."""
+        out = TurnStartFiles()
+        if self.root is None:
+            return out
+        shown = await self._load()
+        found = await asyncio.to_thread(scan, self.root, self.manifest, self.quota)
+        if not found.empty:
+            await self.log.put_blobs(self.sid, found.blobs)
+            self.manifest = found.manifest
+            reason = "recovery" if self.interrupted else "outside"
+            out.facts.append(self._record(reason, shown, found.files, found.deleted))
+        if start == shown:
+            return out
+        path = await self._path(start)
+        target = fold_workspace(path, self.snapshots)
+        if workspace_change(self.manifest, target).empty:
+            return out  # the same files: the turn's own snapshots will say where it is
+        out._restore = (self.manifest, target)
+        self.path = path
+        self.manifest = target
+        out.facts.append(self._record("restore", start, {}, ()))
+        return out
+
+    async def settle(self, files: TurnStartFiles) -> None:
+        """Bring the folder to the workspace the facts now say it shows."""
+        if files._restore is None or self.root is None:
+            return
+        current, target = files._restore
+        change = workspace_change(current, target)
+        blobs = await self.log.get_blobs(
+            self.sid, sorted({f.sha256 for f in change.write.values()})
+        )
+        missing = {f.sha256 for f in change.write.values()} - set(blobs)
+        if missing:
+            raise AgentError(
+                f"the workspace's contents are missing {len(missing)} file(s) from the store"
+            )
+        self.manifest = await asyncio.to_thread(materialize, self.root, current, target, blobs)
+
+    async def after_tool(self, tool: str, call_id: str, result: NewFact) -> list[NewFact]:
+        """The call's result, and a `tool` snapshot at it when the call changed files."""
+        if self.root is None or tool not in CHANGES_FILES:
+            return [result]
+        found = await asyncio.to_thread(scan, self.root, self.manifest, self.quota)
+        self.manifest = found.manifest
+        if found.empty:
+            return [result]
+        await self.log.put_blobs(self.sid, found.blobs)
+        entry = dict(result.data["entry"])
+        entry.setdefault("id", secrets.token_hex(4))
+        result = NewFact(result.type, {**result.data, "entry": entry}, result.turn, result.step)
+        self.path = [*self.path, entry["id"]]
+        return [
+            result,
+            self._record("tool", entry["id"], found.files, found.deleted, call_id=call_id),
+        ]
+
+    def _record(
+        self,
+        reason: str,
+        at: str | None,
+        files: Mapping[str, WorkspaceFile],
+        deleted: Sequence[str],
+        **extra: Any,
+    ) -> NewFact:
+        data: dict[str, Any] = {
+            "at": at,
+            "reason": reason,
+            "files": manifest_data(files),
+            "deleted": list(deleted),
+            **extra,
+        }
+        # `self.path` and `self.manifest` already show the folder after this snapshot.
+        checkpoint = since_checkpoint(self.path, self.snapshots) + 1 >= self.checkpoint_every
+        if checkpoint:
+            data["full"] = True
+            data["manifest"] = manifest_data(self.manifest)
+        manifest = dict(self.manifest) if checkpoint else None
+        self.snapshots.append(Snapshot(_PENDING, at, reason, files, tuple(deleted), manifest))
+        return NewFact(SNAPSHOT, data)
+
+
+# The seq of a snapshot this run recorded but has not read back: after every stored one.
+_PENDING = 1 << 62
+
+
+async def folder_entry(
+    log: SessionLog, session_id: str, last_snapshot: EventRecord | None
+) -> tuple[str | None, bool]:
+    """The entry the session's folder shows: that of its newest snapshot, unless a turn
+    ended after it, then the leaf that turn ended at (None: the root, no entry yet); and
+    whether that turn was interrupted (its process died, recovery closed it)."""
+    ended = await log.last_event(session_id, ("turn/end",))
+    if ended is None or (last_snapshot is not None and last_snapshot.seq > ended.seq):
+        if last_snapshot is None:
+            return None, False
+        at = last_snapshot.data.get("at")
+        return (at if isinstance(at, str) else None), False
+    interrupted = ended.data.get("reason") == "interrupted"
+    leaf = await log.last_event(session_id, _LEAF_TYPES, before_seq=ended.seq)
+    if leaf is None:
+        return None, interrupted
+    if leaf.type == "leaf/moved":
+        to = leaf.data.get("to")
+        return (to if isinstance(to, str) else None), interrupted
+    return leaf.entry_id, interrupted
