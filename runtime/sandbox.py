@@ -220,10 +220,11 @@ class _Output:
             self.dropped += cut
 
     def text(self) -> str:
-        head = self.head.decode("utf-8", "replace")
+        # NUL cannot be stored in an event (Postgres' jsonb refuses it): shown as `\0`.
+        head = self.head.decode("utf-8", "replace").replace("\x00", "\\0")
         if not self.tail:
             return head
-        tail = b"".join(self.tail).decode("utf-8", "replace")
+        tail = b"".join(self.tail).decode("utf-8", "replace").replace("\x00", "\\0")
         if self.dropped:
             return f"{head}\n[... {self.dropped} bytes of output left out ...]\n{tail}"
         return head + tail
@@ -336,6 +337,7 @@ def run(
             stdout=write_fd,
             stderr=write_fd,
             env={},
+            cwd="/",  # the stub's shell exports PWD: not the server's folder
             start_new_session=True,  # its own process group, killed as one
             close_fds=True,
             pass_fds=(go_read,),
