@@ -158,8 +158,8 @@ def apply_edits(content: str, edits: list[Mapping[str, str]], shown: str) -> tup
 
 def edit_diff(shown: str, before: str, after: str, context: int = 4) -> tuple[str, str]:
     """A diff to show (`+N text`, `-N text`, ` N text` lines, Pi's way) and a unified patch."""
-    old_lines = before.split("\n")
-    new_lines = after.split("\n")
+    old_lines = _lines(before)
+    new_lines = _lines(after)
     width = len(str(max(len(old_lines), len(new_lines))))
     shown_lines: list[str] = []
     matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
@@ -176,12 +176,18 @@ def edit_diff(shown: str, before: str, after: str, context: int = 4) -> tuple[st
         difflib.unified_diff(
             before.splitlines(keepends=True),
             after.splitlines(keepends=True),
-            fromfile=f"a/{shown}",
-            tofile=f"b/{shown}",
+            fromfile=shown,
+            tofile=shown,
             n=context,
         )
     )
     return "\n".join(shown_lines), patch
+
+
+def _lines(text: str) -> list[str]:
+    # The line after a final newline is no line (Pi numbers the file's lines the same way).
+    lines = text.split("\n")
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
 
 
 def _grep_pi(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
