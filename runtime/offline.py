@@ -134,12 +134,17 @@ def in_offered_names(requests: list[Request], offered: set[str]) -> list[Request
 
 
 def _offered(payload: Mapping[str, Any]) -> set[str]:
-    names = set()
+    """The tool names a request offers (Chat Completions' `{"function": {"name"}}` or a plain
+    `{"name"}`)."""
+    names: set[str] = set()
     for tool in payload.get("tools") or ():
-        if isinstance(tool, Mapping):
-            spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
-            if isinstance(spec.get("name"), str):
-                names.add(spec["name"])
+        if not isinstance(tool, Mapping):
+            continue
+        function = tool.get("function")
+        spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
+        name = spec.get("name")
+        if isinstance(name, str):
+            names.add(name)
     return names
 
 

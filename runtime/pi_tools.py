@@ -107,20 +107,20 @@ def _edit(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
         if b"\x00" in data[:8192]:
             raise ToolFailure("BINARY_FILE", f"{shown}: a binary file")
         original = data.decode("utf-8", errors="replace")
-        updated, first_line = apply_edits(original, edits, shown)
+        updated = apply_edits(original, edits, shown)
         encoded = updated.encode("utf-8")
         _check_quota(ws, counted, parts, shown, len(encoded))
         _write_within(ws, parts, shown, encoded)
-    diff, patch = edit_diff(shown, original, updated)
+    diff, patch, first_line = edit_diff(shown, original, updated)
     return ToolOutcome(
         f"Successfully replaced {len(edits)} block(s) in {shown}.",
         details={"diff": diff, "patch": patch, "firstChangedLine": first_line},
     )
 
 
-def apply_edits(content: str, edits: list[Mapping[str, str]], shown: str) -> tuple[str, int]:
+def apply_edits(content: str, edits: list[Mapping[str, str]], shown: str) -> str:
     """Every edit matched against the original: each oldText exactly once, none overlapping.
-    The new text, and the first changed line (1-based)."""
+    The new text."""
     spans: list[tuple[int, int, str]] = []
     for index, edit in enumerate(edits):
         old = edit["oldText"]
@@ -152,40 +152,67 @@ def apply_edits(content: str, edits: list[Mapping[str, str]], shown: str) -> tup
     updated = "".join(pieces)
     if updated == content:
         raise ToolFailure("EDIT_NO_CHANGE", f"No changes made to {shown}: the edits change nothing")
-    first_line = content.count("\n", 0, spans[0][0]) + 1
-    return updated, first_line
+    return updated
 
 
-def edit_diff(shown: str, before: str, after: str, context: int = 4) -> tuple[str, str]:
-    """A diff to show (`+N text`, `-N text`, ` N text` lines, Pi's way) and a unified patch."""
+def edit_diff(shown: str, before: str, after: str, context: int = 4) -> tuple[str, str, int]:
+    """A diff to show (`+N text`, `-N text`, ` N text` lines, ` ...` where unchanged lines
+    are left out, as Pi shows it), a unified patch (as Pi's jsdiff writes it) and the first
+    changed line of the new text."""
     old_lines = _lines(before)
     new_lines = _lines(after)
     width = len(str(max(len(old_lines), len(new_lines))))
+    skip = f" {'':>{width}} ..."
     shown_lines: list[str] = []
     matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
-        if shown_lines:
-            shown_lines.append(f" {'':>{width}} ...")
+    groups = list(matcher.get_grouped_opcodes(context))
+    for group in groups:
+        if shown_lines or group[0][1] > 0:
+            shown_lines.append(skip)
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 shown_lines += [f" {i + 1:>{width}} {old_lines[i]}" for i in range(i1, i2)]
                 continue
             shown_lines += [f"-{i + 1:>{width}} {old_lines[i]}" for i in range(i1, i2)]
             shown_lines += [f"+{j + 1:>{width}} {new_lines[j]}" for j in range(j1, j2)]
-    patch = "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            fromfile=shown,
-            tofile=shown,
-            n=context,
-        )
-    )
-    return "\n".join(shown_lines), patch
+    if groups and groups[-1][-1][2] < len(old_lines):
+        shown_lines.append(skip)
+    changed = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    first = changed[0][3] + 1 if changed else 1
+    return "\n".join(shown_lines), _patch(shown, before, after, context), first
+
+
+def _patch(shown: str, before: str, after: str, context: int) -> str:
+    old = before.splitlines(keepends=True)
+    new = after.splitlines(keepends=True)
+    out = [f"--- {shown}\n", f"+++ {shown}\n"]
+
+    def line(mark: str, text: str) -> str:
+        if text.endswith("\n"):
+            return mark + text
+        return f"{mark}{text}\n\\ No newline at end of file\n"
+
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for group in matcher.get_grouped_opcodes(context):
+        i1, i2 = group[0][1], group[-1][2]
+        j1, j2 = group[0][3], group[-1][4]
+        # An empty range starts at the line before it, as in every unified diff.
+        old_start = i1 + 1 if i2 > i1 else i1
+        new_start = j1 + 1 if j2 > j1 else j1
+        out.append(f"@@ -{old_start},{i2 - i1} +{new_start},{j2 - j1} @@\n")
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                out += [line(" ", t) for t in old[a1:a2]]
+                continue
+            out += [line("-", t) for t in old[a1:a2]]
+            out += [line("+", t) for t in new[b1:b2]]
+    return "".join(out)
 
 
 def _lines(text: str) -> list[str]:
     # The line after a final newline is no line (Pi numbers the file's lines the same way).
+    if not text:
+        return []
     lines = text.split("\n")
     return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
 

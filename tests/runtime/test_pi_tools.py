@@ -88,6 +88,9 @@ EDIT_CASES = [
     ),
     ("no newline at the end", [{"oldText": "end", "newText": "finish"}]),
     ("a\nb\nc\nd\n", [{"oldText": "b\nc\n", "newText": ""}]),
+    ("".join(f"{n}\n" for n in range(40)), [{"oldText": "20\n", "newText": "twenty\n"}]),
+    ("x\ny\n", [{"oldText": "y\n", "newText": "y\nz"}]),
+    ("only\n", [{"oldText": "only\n", "newText": ""}]),
 ]
 
 

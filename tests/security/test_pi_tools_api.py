@@ -59,11 +59,6 @@ def results_of(events: list[EventRecord]) -> list[tuple[str, str | None, str, An
     return out
 
 
-def offered(events: list[EventRecord]) -> list[str]:
-    calls = [e for e in events if e.type == "tool/call"]
-    return [c.data.get("name") or c.data.get("tool") for c in calls]
-
-
 @pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
 def test_run_calls_bash_in_the_sandbox_once_allowed(
     as_alice: Api, alice: User, workspace: Path
