@@ -44,6 +44,9 @@ SCHEMAS: dict[str, Any] = json.loads(
 )
 MAX_FIND_RESULTS = 1000
 BASH_MAX_TIMEOUT_S = 600
+# A command is stopped this long before the tool's own deadline, so that its result, with
+# the output it wrote, arrives before the toolbox gives up on the call.
+BASH_RESULT_MARGIN_S = 1.0
 
 
 def _relative(ws: Workspace, path: Any) -> Any:
@@ -339,7 +342,13 @@ def _bash(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
             raise ToolFailure("INVALID_ARGUMENTS", "timeout must be a positive number of seconds")
         limits = sandbox.SandboxLimits(wall_s=min(float(timeout), BASH_MAX_TIMEOUT_S))
     try:
-        done = sandbox.run(command, ws.root, limits, cancel=ws.cancel, deadline=ws.deadline)
+        done = sandbox.run(
+            command,
+            ws.root,
+            limits,
+            cancel=ws.cancel,
+            deadline=ws.deadline - BASH_RESULT_MARGIN_S,
+        )
     except sandbox.SandboxUnavailable as exc:
         raise ToolFailure("NO_SANDBOX", f"bash cannot run here: {exc}") from None
     details: dict[str, Any] = {
@@ -360,7 +369,7 @@ def _bash(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
 
     if done.stopped == "timeout":
         return ToolOutcome(
-            status(f"Command timed out after {limits.wall_s:g} seconds"),
+            status(f"Command timed out after {round(done.duration_s, 1):g} seconds"),
             True,
             "TOOL_TIMEOUT",
             details,
