@@ -36,7 +36,8 @@ Preset fields (all optional but `provider` and, except offline, `model`):
     model, base_url     model id; server URL (default: the SDK's)
     api_key_env         name of the environment variable that holds the API key
     system_prompt       default: the product's prompt
-    tools               tool names (default: read_file, list_files, grep, write_file)
+    tools               tool names (default: read_file, list_files, grep, write_file; the
+                        built-in `coding` preset: Pi's read, write, edit, bash, grep, find, ls)
     thinking_level      off | minimal | low | medium | high | xhigh (recorded in headers)
     params              extra body parameters (temperature, max_tokens, thinking…)
     context_window, reserve_tokens, keep_recent_tokens, auto_compact   compaction
