@@ -16,6 +16,7 @@ from runtime import sandbox
 from sessions_app import services, store
 from sessions_app.models import Session
 from sessions_app.presets import CODING_PRESET
+from sessions_app.services.pi_io import pi_import
 from tests.api.conftest import OFFLINE_PRESET, Api, body_of, wait_for, wait_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,3 +136,20 @@ def test_a_session_on_the_older_names_keeps_them(
     events = converse(as_alice, session, "read notes.txt, list files, write x.txt: y")
     assert [r[0] for r in results_of(events)] == ["read_file", "list_files", "write_file"]
     assert all(r[1] is None for r in results_of(events))
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
+def test_a_pi_session_imported_and_continued_offers_pis_tools(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    case = Path(__file__).resolve().parents[1] / "fixtures/pi/v1.6/cases/context_edits.jsonl"
+    assert '"name":"read"' in case.read_text()  # its history calls Pi's read
+    with case.open("rb") as source:
+        session = pi_import(source=source, owner=alice, cwd=str(workspace)).session
+    assert session.preset["name"] == "coding"
+    events = converse(as_alice, session, "run echo from-pi > out.txt")
+    events += converse(as_alice, session, "edit out.txt: from-pi => continued")
+    events += converse(as_alice, session, "read out.txt")
+    results = results_of(events)
+    assert [(r[0], r[1]) for r in results] == [("bash", None), ("edit", None), ("read", None)]
+    assert results[-1][2] == "continued\n"
