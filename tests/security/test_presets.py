@@ -276,7 +276,7 @@ def test_imported_and_demo_sessions_still_run(alice: User) -> None:
     api = token_api(alice)
     upload = SimpleUploadedFile("s.jsonl", PI_FILE.read_bytes())
     imported = body_of(api.client.post("/api/sessions/import", {"file": upload}))["session"]
-    assert imported["preset_name"] == "offline" and imported["cwd"] == "~"
+    assert imported["preset_name"] == "coding" and imported["cwd"] == "~"
     assert send(api, imported["id"], "list files")[-1] == "completed"
     made = demo.demo_load(out=io.StringIO())
     assert len(made) == 2
