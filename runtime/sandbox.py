@@ -296,7 +296,7 @@ class _PidsCgroup:
     def remove(self) -> None:
         if self.path is None:
             return
-        for _ in range(50):  # its processes may take a moment to be reaped
+        for _ in range(250):  # its processes may take a moment (up to seconds) to be reaped
             try:
                 self.path.rmdir()
                 return
