@@ -13,7 +13,7 @@ PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 
-.PHONY: run test setup migrate demo lint typecheck pytest browser-deps pi16-deps haproxy-deps bench cluster clean
+.PHONY: run test setup migrate demo lint typecheck pytest browser-deps pi16-deps haproxy-deps sandbox-deps bench cluster clean
 
 setup: $(STAMP) migrate
 
@@ -57,6 +57,13 @@ browser-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/fixtures/pi/node_modules ]; then \
 		npm ci --prefix tests/fixtures/pi --no-audit --no-fund --silent; fi
 
+# Debian's bubblewrap, installed when it is missing: the sandbox the agent's `bash` runs in
+# (runtime/sandbox.py). Without it the server does not offer `bash` at all.
+sandbox-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		echo "Installing Debian's bubblewrap for the agent's sandbox..."; \
+		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+
 # Pi 1.6 (npm), for the tests that compare with it and have it open what Strand exports, and
 # the Node it needs (22.19 or newer): the npm registry's `node` package carries the binary, so
 # it does not matter which Node the machine has, only that npm is there.
@@ -76,7 +83,7 @@ typecheck: $(STAMP)
 
 # The tests that need no browser run on every core (at most four workers, each with a test
 # database of its own); the browser tests after them, in one process.
-test: setup browser-deps pi16-deps haproxy-deps lint typecheck
+test: setup browser-deps pi16-deps haproxy-deps sandbox-deps lint typecheck
 	$(BIN)/pytest -m "not browser" -q -n auto --maxprocesses 4
 	$(BIN)/pytest -m browser -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 

@@ -14,6 +14,12 @@ Grammar, read from the last user message (case-insensitive, keywords as whole wo
                           keeps its trailing punctuation)
     write PATH: TEXT      write_file  {"path": PATH, "content": TEXT}; TEXT runs to the end of
                           the line, and a literal \\n in it writes a line break
+    run COMMAND           bash        {"command": COMMAND}; COMMAND is the rest of the message
+    edit PATH: OLD => NEW edit        {"path": PATH, "edits": [{"oldText": OLD, "newText": NEW}]};
+                          OLD and NEW as TEXT, on one line
+
+Where the request offers Pi's tools instead of the older ones, `read`, `list files`,
+`write` and `search for` call `read`, `ls`, `write` and Pi's `grep` (`literal` unless a regex).
 
 PATH and DIR are one word; trailing punctuation (.,;!?) is dropped. Several requests in one
 message become parallel tool calls, in the order they appear. How it answers:
@@ -61,7 +67,9 @@ from runtime.providers.base import (
 DEFAULT_CHUNK_DELAY_MS = 15
 
 _REQUEST = re.compile(
-    r"(?P<write>\bwrite\s+(?P<wpath>[^\s:]+)\s*:\s?(?P<wtext>[^\n]*))"
+    r"(?P<run>\brun\s+(?P<cmd>\S[\s\S]*))"
+    r"|(?P<edit>\bedit\s+(?P<epath>[^\s:]+)\s*:\s?(?P<eold>[^\n]*?)\s?=>\s?(?P<enew>[^\n]*))"
+    r"|(?P<write>\bwrite\s+(?P<wpath>[^\s:]+)\s*:\s?(?P<wtext>[^\n]*))"
     r"|(?P<read>\bread\s+(?P<rpath>[^\s]+))"
     r"|(?P<list>\blist\s+files\b(?:\s+in\s+(?P<ldir>[^\s]+))?)"
     r"|(?P<search>\bsearch\s+for\s+(?P<sregex>regex\s+(?=\S))?"
@@ -80,7 +88,13 @@ def parse_requests(text: str) -> list[Request]:
     """The tool requests in a user message, in order (see the module doc)."""
     requests: list[Request] = []
     for match in _REQUEST.finditer(text):
-        if match["write"]:
+        if match["run"]:
+            requests.append(Request("bash", {"command": match["cmd"].strip()}))
+        elif match["edit"]:
+            old, new = (match[g].replace("\\n", "\n") for g in ("eold", "enew"))
+            edit = {"oldText": old, "newText": new}
+            requests.append(Request("edit", {"path": _word(match["epath"]), "edits": [edit]}))
+        elif match["write"]:
             content = match["wtext"].replace("\\n", "\n")
             requests.append(
                 Request("write_file", {"path": _word(match["wpath"]), "content": content})
@@ -96,6 +110,42 @@ def parse_requests(text: str) -> list[Request]:
             pattern = match["sq"] or match["ssq"] or _word(match["sw"] or "")
             requests.append(Request("grep", {"pattern": pattern}))
     return [r for r in requests if all(v != "" for k, v in r.arguments.items() if k != "content")]
+
+
+def in_offered_names(requests: list[Request], offered: set[str]) -> list[Request]:
+    """The requests in the vocabulary the request offers: a session with Pi's tools (`read`,
+    `ls`, `write`, Pi's `grep`) gets the older phrases as calls of those."""
+    if "read_file" in offered or "read" not in offered and "ls" not in offered:
+        return requests
+    out = []
+    for r in requests:
+        args = dict(r.arguments)
+        if r.tool == "read_file":
+            r = Request("read", args)
+        elif r.tool == "list_files":
+            r = Request("ls", args)
+        elif r.tool == "write_file":
+            r = Request("write", args)
+        elif r.tool == "grep":
+            regex = bool(args.pop("regex", False))
+            r = Request("grep", args if regex else {**args, "literal": True})
+        out.append(r)
+    return out
+
+
+def _offered(payload: Mapping[str, Any]) -> set[str]:
+    """The tool names a request offers (Chat Completions' `{"function": {"name"}}` or a plain
+    `{"name"}`)."""
+    names: set[str] = set()
+    for tool in payload.get("tools") or ():
+        if not isinstance(tool, Mapping):
+            continue
+        function = tool.get("function")
+        spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
+        name = spec.get("name")
+        if isinstance(name, str):
+            names.add(name)
+    return names
 
 
 def _word(text: str) -> str:
@@ -133,6 +183,8 @@ class OfflineProvider:
                 yield event
             return
         text, calls = answer(messages)
+        if calls:
+            calls = in_offered_names(calls, _offered(payload))
         written = len(text)
         yield UsageUpdate(input=input_tokens, output=0, cache_read=0, cache_write=0)
         for chunk in _chunks(text):

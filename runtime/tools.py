@@ -142,10 +142,16 @@ class Workspace:
     deadline: float = math.inf
     quota: WorkspaceQuota = WorkspaceQuota()
     quota_root: Path | None = None
+    cancel: threading.Event | None = None  # set when the call is cancelled (bash stops)
 
     @classmethod
     def at(
-        cls, cwd: str, *, deadline: float = math.inf, quota: WorkspaceQuota = WorkspaceQuota()
+        cls,
+        cwd: str,
+        *,
+        deadline: float = math.inf,
+        quota: WorkspaceQuota = WorkspaceQuota(),
+        cancel: threading.Event | None = None,
     ) -> Workspace:
         if not cwd:
             raise ToolFailure("NO_WORKSPACE", "this session has no working directory")
@@ -158,7 +164,7 @@ class Workspace:
         counted = Path(quota.folder).resolve() if quota.folder else root
         if counted != root and counted not in root.parents:
             counted = root  # a folder that does not hold the workspace counts nothing of it
-        return cls(root, deadline, quota, counted)
+        return cls(root, deadline, quota, counted, cancel)
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
@@ -908,7 +914,18 @@ class Toolbox:
         timeout_s: float = 30.0,
         quota: WorkspaceQuota = WorkspaceQuota(),
     ) -> Toolbox:
-        chosen = {n: BUILTIN_TOOLS[n] for n in names if n in BUILTIN_TOOLS}
+        from runtime import pi_tools, sandbox
+
+        # A preset of the older names (read_file, list_files, write_file) keeps their grep
+        # (literal by default, `regex`/`ignore_case`); Pi's grep reads a regex by default.
+        older = any(n in BUILTIN_TOOLS and n != "grep" for n in names)
+        chosen: dict[str, Tool] = {}
+        for name in names:
+            tool = BUILTIN_TOOLS.get(name) if older or name != "grep" else None
+            tool = tool or pi_tools.PI_TOOLS.get(name)
+            if tool is None or (name == "bash" and not sandbox.available()):
+                continue  # no sandbox, no bash: a command never runs unconfined
+            chosen[name] = tool
         return cls(cwd=cwd, tools=chosen, timeout_s=timeout_s, quota=quota)
 
     def schemas(self) -> list[JSON]:
@@ -924,12 +941,14 @@ class Toolbox:
             return ToolOutcome(f"there is no tool named {name!r}", True, "UNKNOWN_TOOL")
         delay = float(os.environ.get("STRAND_TOOL_DELAY_MS") or 0) / 1000
         deadline = time.monotonic() + self.timeout_s
+        # Set when the awaiting side gives up (cancel or timeout): a running command stops.
+        cancel = threading.Event()
         try:
             async with asyncio.timeout(self.timeout_s):
                 if delay > 0:
                     await asyncio.sleep(delay)
                 return await asyncio.get_running_loop().run_in_executor(
-                    _tool_threads(), _run_sync, tool, self.cwd, args, deadline, self.quota
+                    _tool_threads(), _run_sync, tool, self.cwd, args, deadline, self.quota, cancel
                 )
         except TimeoutError:
             return ToolOutcome(
@@ -937,6 +956,8 @@ class Toolbox:
                 True,
                 "TOOL_TIMEOUT",
             )
+        finally:
+            cancel.set()
 
 
 # Tools run on threads of their own, niced: a search that keeps two cores busy must not slow
@@ -964,12 +985,17 @@ def _lower_priority() -> None:
 
 
 def _run_sync(
-    tool: Tool, cwd: str, args: Mapping[str, Any], deadline: float, quota: WorkspaceQuota
+    tool: Tool,
+    cwd: str,
+    args: Mapping[str, Any],
+    deadline: float,
+    quota: WorkspaceQuota,
+    cancel: threading.Event | None = None,
 ) -> ToolOutcome:
     # The awaiting side gives up at the deadline; the deadline in the workspace makes the
     # thread itself stop soon after, instead of working on unseen.
     try:
-        return tool.run(Workspace.at(cwd, deadline=deadline, quota=quota), args)
+        return tool.run(Workspace.at(cwd, deadline=deadline, quota=quota, cancel=cancel), args)
     except ToolFailure as exc:
         return ToolOutcome(str(exc), True, exc.code)
     except OSError as exc:

@@ -36,7 +36,8 @@ Preset fields (all optional but `provider` and, except offline, `model`):
     model, base_url     model id; server URL (default: the SDK's)
     api_key_env         name of the environment variable that holds the API key
     system_prompt       default: the product's prompt
-    tools               tool names (default: read_file, list_files, grep, write_file)
+    tools               tool names (default: read_file, list_files, grep, write_file; the
+                        built-in `coding` preset: Pi's read, write, edit, bash, grep, find, ls)
     thinking_level      off | minimal | low | medium | high | xhigh (recorded in headers)
     params              extra body parameters (temperature, max_tokens, thinking…)
     context_window, reserve_tokens, keep_recent_tokens, auto_compact   compaction
@@ -57,6 +58,9 @@ from typing import Any
 from sessions_app.errors import DomainError
 
 OFFLINE = "offline"
+CODING = "coding"
+# Pi 1.6's tools (runtime/pi_tools.py); `bash` is left out where no sandbox can run.
+PI_TOOL_NAMES = ["read", "write", "edit", "bash", "grep", "find", "ls"]
 
 # The built-in preset; its fields also fill in whatever a configured preset leaves out.
 DEFAULT_PRESET: dict[str, Any] = {
@@ -67,6 +71,11 @@ DEFAULT_PRESET: dict[str, Any] = {
     "tools": ["read_file", "list_files", "grep", "write_file"],
     "thinking_level": "off",
 }
+
+
+# The offline model with Pi's tools. `offline` keeps the older tool names, so the sessions
+# made on it keep the vocabulary their history already uses.
+CODING_PRESET: dict[str, Any] = {**DEFAULT_PRESET, "name": CODING, "tools": PI_TOOL_NAMES}
 
 
 class PresetNotFound(DomainError):
@@ -82,7 +91,10 @@ class PresetUnavailable(DomainError):
 def presets(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Every preset by name: the built-in one, then those from the environment."""
     env = os.environ if environ is None else environ
-    found: dict[str, dict[str, Any]] = {OFFLINE: dict(DEFAULT_PRESET)}
+    found: dict[str, dict[str, Any]] = {
+        OFFLINE: dict(DEFAULT_PRESET),
+        CODING: {**CODING_PRESET, "tools": list(PI_TOOL_NAMES)},
+    }
     if env.get("STRAND_OPENAI_API_KEY") or env.get("STRAND_OPENAI_BASE_URL"):
         found["openai"] = {
             "provider": "openai",

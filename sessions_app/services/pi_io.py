@@ -28,6 +28,7 @@ from sessions_app import services, store, workspaces
 from sessions_app.errors import DomainError
 from sessions_app.events import EventError, event_type_for_entry
 from sessions_app.models import Event, Session
+from sessions_app.presets import CODING
 from sessions_app.store import NewEvent, StoreError
 
 
@@ -89,6 +90,8 @@ def pi_import(
                 cwd=workspaces.new_folder(owner) if cwd is None else cwd,
                 source="import:pi",
                 pi_header=header,
+                # Pi's own tools: a Pi session continued here offers the names it used.
+                preset=CODING,
             )
             written, title = _write_entries(session, items, counted, in_file, progress)
             if title and title != session.title:

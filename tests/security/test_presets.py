@@ -132,7 +132,7 @@ def test_a_session_can_name_only_a_preset_the_server_offers(auth: str, alice: Us
     unknown = api.post("/sessions", {"preset": "my-own"})
     sent = api.post("/sessions", {"preset": inline})
     assert unknown.status_code == 422 and body_of(unknown)["error"] == "not_allowed"
-    assert "available: offline" in body_of(unknown)["detail"]
+    assert "available: coding, offline" in body_of(unknown)["detail"]
     assert sent.status_code == 422 and body_of(sent)["error"] == "validation_error"
     assert Session.objects.count() == 0
     offered = api.post("/sessions", {"preset": "offline"})
@@ -276,7 +276,7 @@ def test_imported_and_demo_sessions_still_run(alice: User) -> None:
     api = token_api(alice)
     upload = SimpleUploadedFile("s.jsonl", PI_FILE.read_bytes())
     imported = body_of(api.client.post("/api/sessions/import", {"file": upload}))["session"]
-    assert imported["preset_name"] == "offline" and imported["cwd"].startswith("~/sessions/")
+    assert imported["preset_name"] == "coding" and imported["cwd"].startswith("~/sessions/")
     assert send(api, imported["id"], "list files")[-1] == "completed"
     made = demo.demo_load(out=io.StringIO())
     assert len(made) == 2

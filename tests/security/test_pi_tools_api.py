@@ -1,0 +1,155 @@
+"""Pi's tools over the API with the offline model: `run COMMAND` runs `bash` in the sandbox
+and `edit PATH: OLD => NEW` runs `edit`, each only once the user allows it; a command the
+user denies never runs; a session on the older tool names keeps calling them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from projections.records import EventRecord
+from runtime import sandbox
+from sessions_app import services, store
+from sessions_app.models import Session
+from sessions_app.presets import CODING_PRESET
+from sessions_app.services.pi_io import pi_import
+from tests.api.conftest import OFFLINE_PRESET, Api, body_of, wait_for, wait_idle
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CODING = "coding-small"
+
+
+@pytest.fixture(autouse=True)
+def coding_preset(serve_preset: Any) -> None:
+    serve_preset(CODING, **CODING_PRESET)
+
+
+def converse(api: Api, session: Session, text: str, decision: str = "allowed") -> list[EventRecord]:
+    """Send `text`, answer every approval with `decision`; the turn's events."""
+    before = store.events_after(session.id, -1, 100_000)
+    after_seq = before[-1].seq if before else -1
+    sent = api.post(f"/sessions/{session.id}/messages", {"text": text})
+    assert sent.status_code == 202, sent.content
+    base = f"/sessions/{session.id}"
+
+    def settled() -> bool:
+        for pending in body_of(api.get(f"{base}/approvals")):
+            decided = api.post(f"{base}/approvals/{pending['approval_id']}", {"outcome": decision})
+            assert decided.status_code in (204, 409), decided.content
+        return body_of(api.get(base))["turn_status"] == "idle"
+
+    wait_for(settled, timeout=120)
+    wait_idle(session)
+    return list(store.events_after(session.id, after_seq, 100_000))
+
+
+def results_of(events: list[EventRecord]) -> list[tuple[str, str | None, str, Any]]:
+    """(tool name, error code, text, details) of each tool result."""
+    out = []
+    for e in events:
+        if e.type != "tool/result":
+            continue
+        message = e.data["entry"]["message"]
+        text = "".join(part.get("text", "") for part in message["content"])
+        out.append((message["toolName"], e.data.get("error_code"), text, message.get("details")))
+    return out
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
+def test_run_calls_bash_in_the_sandbox_once_allowed(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    session = services.session_create(owner=alice, title="run", cwd=str(workspace), preset=CODING)
+    events = converse(
+        as_alice, session, "run cat notes.txt; echo made > made.txt; cat /proc/1/environ; ls /home"
+    )
+    [(name, code, text, details)] = results_of(events)
+    assert name == "bash"
+    assert "hello world" in text
+    # The environment of the sandbox's init holds nothing of the server, not even its folder
+    # (and its NUL separators are shown, not stored).
+    assert str(settings.BASE_DIR) not in text and "DATABASE_URL" not in text
+    assert "Command exited with code 2" in text  # ls /home: there is no /home
+    assert code == "COMMAND_FAILED"
+    assert details["exit_code"] == 2 and details["limits"]["wall_s"] > 0
+    assert (workspace / "made.txt").read_text() == "made\n"
+    asked = [e for e in events if e.type == "approval/asked"]
+    assert len(asked) == 1
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
+def test_a_denied_command_never_runs(as_alice: Api, alice: User, workspace: Path) -> None:
+    session = services.session_create(owner=alice, title="deny", cwd=str(workspace), preset=CODING)
+    events = converse(as_alice, session, "run echo no > denied.txt", decision="rejected")
+    [(name, code, _text, _details)] = results_of(events)
+    assert name == "bash" and code is not None
+    assert not (workspace / "denied.txt").exists()
+
+
+def test_edit_replaces_text_once_allowed_and_returns_a_diff_and_a_patch(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    session = services.session_create(owner=alice, title="edit", cwd=str(workspace), preset=CODING)
+    events = converse(as_alice, session, "edit notes.txt: hello => goodbye")
+    [(name, code, text, details)] = results_of(events)
+    assert (name, code) == ("edit", None)
+    assert text == "Successfully replaced 1 block(s) in notes.txt."
+    assert (workspace / "notes.txt").read_text() == "goodbye world\n"
+    assert "-1 hello world" in details["diff"] and "+1 goodbye world" in details["diff"]
+    assert "-hello world\n+goodbye world\n" in details["patch"]
+    assert details["firstChangedLine"] == 1
+    # Text that is not there is an error result, and the file stays as it was.
+    again = results_of(converse(as_alice, session, "edit notes.txt: hello => again"))
+    assert again[0][1] == "EDIT_NOT_FOUND"
+    assert (workspace / "notes.txt").read_text() == "goodbye world\n"
+
+
+def test_a_denied_edit_changes_nothing(as_alice: Api, alice: User, workspace: Path) -> None:
+    session = services.session_create(owner=alice, title="deny", cwd=str(workspace), preset=CODING)
+    converse(as_alice, session, "edit notes.txt: hello => nope", decision="rejected")
+    assert (workspace / "notes.txt").read_text() == "hello world\n"
+
+
+def test_the_older_phrases_call_pis_tools_on_pis_preset(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    session = services.session_create(owner=alice, title="pi", cwd=str(workspace), preset=CODING)
+    events = converse(as_alice, session, "read notes.txt, list files, search for world")
+    results = results_of(events)
+    assert [(r[0], r[1]) for r in results] == [("read", None), ("ls", None), ("grep", None)]
+    assert results[0][2] == "hello world\n"
+    assert results[1][2] == "notes.txt"
+    assert "notes.txt:1" in results[2][2]
+
+
+def test_a_session_on_the_older_names_keeps_them(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    session = services.session_create(
+        owner=alice, title="old", cwd=str(workspace), preset=OFFLINE_PRESET
+    )
+    events = converse(as_alice, session, "read notes.txt, list files, write x.txt: y")
+    assert [r[0] for r in results_of(events)] == ["read_file", "list_files", "write_file"]
+    assert all(r[1] is None for r in results_of(events))
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
+def test_a_pi_session_imported_and_continued_offers_pis_tools(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    case = Path(__file__).resolve().parents[1] / "fixtures/pi/v1.6/cases/context_edits.jsonl"
+    assert '"name":"read"' in case.read_text()  # its history calls Pi's read
+    with case.open("rb") as source:
+        session = pi_import(source=source, owner=alice, cwd=str(workspace)).session
+    assert session.preset["name"] == "coding"
+    events = converse(as_alice, session, "run echo from-pi > out.txt")
+    events += converse(as_alice, session, "edit out.txt: from-pi => continued")
+    events += converse(as_alice, session, "read out.txt")
+    results = results_of(events)
+    assert [(r[0], r[1]) for r in results] == [("bash", None), ("edit", None), ("read", None)]
+    assert results[-1][2] == "continued\n"
