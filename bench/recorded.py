@@ -110,6 +110,10 @@ def record(owner: Any) -> Recording:
     for event in events:
         if event.type == "entry/compaction":
             compaction = event.data["entry"]
+        elif event.type == "workspace/snapshot":
+            # What a write did to the folder: its contents are the recording session's
+            # blobs, and the views these benchmarks measure do not read files.
+            continue
         elif event.type in TURN_EVENTS and event.turn is not None:
             turns.setdefault(event.turn, []).append(event)
             if event.type == "request/header":
