@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from projections.records import EventRecord
 from sessions_app import agent, services, store, workspaces
 from sessions_app.models import Session
 from sessions_app.services import tokens
@@ -233,3 +234,22 @@ def wait_for(predicate: Any, timeout: float = 20) -> Any:
             return value
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def converse(api: Api, session: Session, text: str, decision: str = "allowed") -> list[EventRecord]:
+    """Send `text`, answer every approval the turn asks with `decision`; the turn's events."""
+    before = store.events_after(session.id, -1, 100_000)
+    after_seq = before[-1].seq if before else -1
+    sent = api.post(f"/sessions/{session.id}/messages", {"text": text})
+    assert sent.status_code == 202, sent.content
+    base = f"/sessions/{session.id}"
+
+    def settled() -> bool:
+        for pending in body_of(api.get(f"{base}/approvals")):
+            decided = api.post(f"{base}/approvals/{pending['approval_id']}", {"outcome": decision})
+            assert decided.status_code in (204, 409), decided.content
+        return body_of(api.get(base))["turn_status"] == "idle"
+
+    wait_for(settled, timeout=120)
+    wait_idle(session)
+    return list(store.events_after(session.id, after_seq, 100_000))

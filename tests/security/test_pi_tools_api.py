@@ -13,11 +13,10 @@ from django.contrib.auth.models import User
 
 from projections.records import EventRecord
 from runtime import sandbox
-from sessions_app import services, store
-from sessions_app.models import Session
+from sessions_app import services
 from sessions_app.presets import CODING_PRESET
 from sessions_app.services.pi_io import pi_import
-from tests.api.conftest import OFFLINE_PRESET, Api, body_of, wait_for, wait_idle
+from tests.api.conftest import OFFLINE_PRESET, Api, converse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,25 +26,6 @@ CODING = "coding-small"
 @pytest.fixture(autouse=True)
 def coding_preset(serve_preset: Any) -> None:
     serve_preset(CODING, **CODING_PRESET)
-
-
-def converse(api: Api, session: Session, text: str, decision: str = "allowed") -> list[EventRecord]:
-    """Send `text`, answer every approval with `decision`; the turn's events."""
-    before = store.events_after(session.id, -1, 100_000)
-    after_seq = before[-1].seq if before else -1
-    sent = api.post(f"/sessions/{session.id}/messages", {"text": text})
-    assert sent.status_code == 202, sent.content
-    base = f"/sessions/{session.id}"
-
-    def settled() -> bool:
-        for pending in body_of(api.get(f"{base}/approvals")):
-            decided = api.post(f"{base}/approvals/{pending['approval_id']}", {"outcome": decision})
-            assert decided.status_code in (204, 409), decided.content
-        return body_of(api.get(base))["turn_status"] == "idle"
-
-    wait_for(settled, timeout=120)
-    wait_idle(session)
-    return list(store.events_after(session.id, after_seq, 100_000))
 
 
 def results_of(events: list[EventRecord]) -> list[tuple[str, str | None, str, Any]]:

@@ -28,7 +28,8 @@ from projections.records import EventRecord
 from runtime.tools import MAX_WRITE_BYTES, Toolbox, WorkspaceQuota
 from sessions_app import services, store
 from sessions_app.models import Session
-from tests.api.conftest import OFFLINE_PRESET, Api, body_of, wait_for, wait_idle
+from tests.api.conftest import OFFLINE_PRESET, Api, body_of
+from tests.api.conftest import converse as turn_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,23 +41,7 @@ def session_in(owner: User, cwd: Path, title: str = "writes") -> Session:
 def converse(api: Api, session: Session, text: str) -> list[EventRecord]:
     """Send `text` and allow every write the turn asks about; the turn's tool results, in
     model order."""
-    before = store.events_after(session.id, -1, 100_000)
-    after_seq = before[-1].seq if before else -1
-    sent = api.post(f"/sessions/{session.id}/messages", {"text": text})
-    assert sent.status_code == 202, sent.content
-    base = f"/sessions/{session.id}"
-
-    def settled() -> bool:
-        for pending in body_of(api.get(f"{base}/approvals")):
-            decided = api.post(f"{base}/approvals/{pending['approval_id']}", {"outcome": "allowed"})
-            assert decided.status_code in (204, 409), decided.content
-        return body_of(api.get(base))["turn_status"] == "idle"
-
-    wait_for(settled, timeout=120)
-    wait_idle(session)
-    return [
-        e for e in store.events_after(session.id, after_seq, 100_000) if e.type == "tool/result"
-    ]
+    return [e for e in turn_events(api, session, text) if e.type == "tool/result"]
 
 
 def outcome(result: EventRecord) -> tuple[str | None, str]:
