@@ -169,7 +169,6 @@ class TurnRunner:
             notice=self._notice,
             files=self.files,
         )
-        self._open_step: int | None = None
         self.turn_start_seq = 0
 
     @property
@@ -279,7 +278,6 @@ class TurnRunner:
                     "turn/end", {"turn": turn, "reason": "error", "error": message}, turn=turn
                 )
             facts.append(fact)
-        self._open_step = None
         await self.cache.append(facts)
 
     async def _end_turn(self, turn: int, reason: str, error: str | None) -> TurnEnded | None:
@@ -340,7 +338,6 @@ class TurnRunner:
             )
             facts.append(_user_fact(item.text, turn, step))
         await self.cache.append(facts)
-        self._open_step = step
         try:
             if self.config.auto_compact and self.takes_input:
                 await self.run.guarded(self.compactor.auto_compact(turn, step))
@@ -353,7 +350,6 @@ class TurnRunner:
             result.kind, result.kind
         )
         await self.cache.append([_step_end(turn, step, reason)])
-        self._open_step = None
         return result
 
     async def _request_and_tools(self, turn: int, step: int) -> StepResult:

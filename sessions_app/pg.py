@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.db import connection, connections
-from psycopg.conninfo import make_conninfo
 
 T = TypeVar("T")
 
@@ -30,11 +29,6 @@ def connection_params() -> dict[str, Any]:
         "port": settings.get("PORT"),
     }
     return {key: value for key, value in params.items() if value}
-
-
-def conninfo() -> str:
-    """The same parameters as one libpq connection string."""
-    return make_conninfo(**{key: str(value) for key, value in connection_params().items()})
 
 
 def with_connection(fn: Callable[..., T], *args: Any) -> T:
