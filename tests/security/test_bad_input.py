@@ -13,6 +13,7 @@ from a command, and the session as it was.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -260,12 +261,19 @@ def test_imports_refuse_unstorable_text_with_its_line(
     assert Session.objects.count() == before
 
 
+def on_the_test_database() -> dict[str, str]:
+    """A command's environment: the test database, so "nothing written" is read where the
+    command would have written."""
+    return {**os.environ, "DATABASE_URL": child_database_url()}
+
+
 def test_the_command_import_refuses_an_overflowing_number(tmp_path: Path) -> None:
     pi_file = tmp_path / "s.jsonl"
     pi_file.write_bytes(v1_file("1e999"))
     result = subprocess.run(
         [sys.executable, "manage.py", "import_pi", str(pi_file)],
         cwd=ROOT,
+        env=on_the_test_database(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -387,6 +395,7 @@ def test_commands_refuse_unstorable_and_overflowing_arguments(arguments: list[by
     result = subprocess.run(
         [sys.executable.encode(), b"manage.py", *arguments],
         cwd=ROOT,
+        env=on_the_test_database(),
         capture_output=True,
         timeout=120,
     )
