@@ -263,10 +263,12 @@ def test_imports_refuse_unstorable_text_with_its_line(
 
 def on_the_test_database() -> dict[str, str]:
     """A command's environment: the test database, so "nothing written" is read where the
-    command would have written."""
+    command would have written. (A command commits what it writes, the local account it
+    makes included: the tests that run one flush the database after them.)"""
     return {**os.environ, "DATABASE_URL": child_database_url()}
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_command_import_refuses_an_overflowing_number(tmp_path: Path) -> None:
     pi_file = tmp_path / "s.jsonl"
     pi_file.write_bytes(v1_file("1e999"))
@@ -390,6 +392,7 @@ def test_an_api_retry_with_a_nul_entry_id_writes_nothing(
         [b"events", b"00000000-0000-0000-0000-000000000000", b"--limit", HUGE.encode() + b"0"],
     ],
 )
+@pytest.mark.django_db(transaction=True)
 def test_commands_refuse_unstorable_and_overflowing_arguments(arguments: list[bytes]) -> None:
     before = Session.objects.count()
     result = subprocess.run(
