@@ -247,6 +247,16 @@ def test_a_guest_sees_the_branch_redacted_and_nothing_else(
         assert OFF_BRANCH not in text and SYSTEM_PROMPT not in text
     trace = page_text(guest(f"{base}?view=trace&scope=all"))
     assert OFF_BRANCH not in trace
+    # Every span's inputs and outputs, as the trace opens them.
+    spans = set(re.findall(r'href="[^"?]*\?([^"]*span=[^"]+)"', trace.replace("&amp;", "&")))
+    markers = set()
+    for query in spans:
+        detail = guest(f"{base}?{query}&fragment=span", HTTP_HX_REQUEST="true")
+        text = page_text(detail)
+        for secret in (FILE_SECRET, HAYSTACK, KEY, OFF_BRANCH, SYSTEM_PROMPT):
+            assert secret not in text, (query, secret)
+        markers.update(re.findall(r"\[redacted: [a-z ]+\]", text))
+    assert {"[redacted: file contents]", "[redacted: tool output]"} <= markers
 
     response = guest(base)
     assert response["X-Robots-Tag"].startswith("noindex")
