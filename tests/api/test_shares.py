@@ -122,7 +122,7 @@ def test_the_owner_makes_lists_and_revokes_a_link(as_alice: Api, alice: Any) -> 
 
 
 def test_only_the_owner_shares_a_session(
-    as_alice: Api, as_bob: Api, as_carol: Api, anonymous: Api
+    as_alice: Api, as_bob: Api, as_carol: Api, anonymous: Api, bob: Any, carol: Any
 ) -> None:
     session = new_session(as_alice)
     link = made(as_alice, session)
@@ -133,11 +133,9 @@ def test_only_the_owner_shares_a_session(
         assert api.delete(f"{base}/{link['id']}").status_code == status
     assert ShareLink.objects.count() == 1 and ShareLink.objects.get().revoked_at is None
     # The pages: Bob is told nothing, staff may not share others' sessions.
-    for user, status in (("bob", 404), ("carol", 403)):
+    for user, status in ((bob, 404), (carol, 403)):
         client = Client()
-        client.force_login(
-            Session.objects.model.owner.field.related_model.objects.get(username=user)
-        )
+        client.force_login(user)
         assert client.get(f"/sessions/{session.id}/shares").status_code == status
         assert (
             client.post(f"/sessions/{session.id}/shares", {"expires_days": "7"}).status_code
