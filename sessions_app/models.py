@@ -325,8 +325,9 @@ class ShareLink(models.Model):
 
 
 class KeyRateCounter(models.Model):
-    """Fixed-window rate limit counters for callers without an account (a share link's
-    token, a client address), as `RateCounter` is for users (`services.ratelimit`)."""
+    """Fixed-window rate limit counters for callers without an account (a share link, a
+    client address), as `RateCounter` is for users (`services.ratelimit`). Only the current
+    window's rows are kept: the first hit of a new window deletes every older row."""
 
     key = models.CharField(max_length=100)
     scope = models.CharField(max_length=32)
@@ -339,6 +340,8 @@ class KeyRateCounter(models.Model):
                 fields=["key", "scope", "window_start"], name="keyratecounter_key_scope_window"
             ),
         ]
+        # Past windows are deleted by scope and age, whatever their key.
+        indexes = [models.Index(fields=["scope", "window_start"], name="keyratecounter_age")]
 
     def __str__(self) -> str:
         return f"{self.key} {self.scope} @ {self.window_start}: {self.count}"

@@ -74,6 +74,9 @@ class Migration(migrations.Migration):
                 ("count", models.IntegerField(default=0)),
             ],
             options={
+                "indexes": [
+                    models.Index(fields=["scope", "window_start"], name="keyratecounter_age")
+                ],
                 "constraints": [
                     models.UniqueConstraint(
                         fields=("key", "scope", "window_start"),

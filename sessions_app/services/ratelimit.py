@@ -122,10 +122,13 @@ def _hit(model: Any, column: str, key: Any, scope: str, now: datetime | None) ->
         row = cur.fetchone()
         assert row is not None
         count, inserted = int(row[0]), bool(row[1])
-        if inserted:  # a new window: forget the caller's older ones
-            model.objects.filter(
-                **{column: key, "scope": scope, "window_start__lt": start}
-            ).delete()
+        if inserted:  # a new window: forget older ones
+            # A user's own (one row per user and scope stays); for keys, every key's: a
+            # client address may never come back, and the table keeps one window's rows.
+            older = {"scope": scope, "window_start__lt": start}
+            if model is RateCounter:
+                older[column] = key
+            model.objects.filter(**older).delete()
     if count > limit:
         retry = math.ceil((start + timedelta(seconds=window) - now).total_seconds())
         raise RateLimited(scope, limit, window, max(retry, 1))

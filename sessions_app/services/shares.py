@@ -70,6 +70,8 @@ def share_create(
     its token, which is not kept and is shown this once. Nothing is written when any
     argument is refused."""
     branch = (branch or "").strip()
+    if "\x00" in branch:
+        raise DomainError("a branch is an entry id, which holds no NUL characters")
     if branch and (len(branch) > ENTRY_ID_MAX or store.depth_of(session.id, branch) is None):
         raise DomainError(f"no entry {branch[:ENTRY_ID_MAX]!r} in this session")
     if not EXPIRY_MIN <= expires_in <= EXPIRY_MAX:

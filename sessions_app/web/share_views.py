@@ -81,6 +81,7 @@ def session_shares(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _owned_session(request, session_id)
     form = ShareForm(initial={"branch": request.GET.get("branch", "")[:64]})
     made: str | None = None
+    made_branch = ""
     status = 200
     if request.method == "POST":
         ratelimit.rate_hit(request.user, "share")
@@ -98,6 +99,7 @@ def session_shares(request: HttpRequest, session_id: Any) -> HttpResponse:
                     patterns=form.pattern_list(),
                 )
                 made = request.build_absolute_uri(shares.share_url(token))
+                made_branch = form.cleaned_data["branch"]
                 form = ShareForm()
             except DomainError as exc:
                 form.add_error(None, str(exc))
@@ -108,6 +110,7 @@ def session_shares(request: HttpRequest, session_id: Any) -> HttpResponse:
         "session": session,
         "form": form,
         "made": made,
+        "made_branch": made_branch,
         "links": shares.shares_of(session)[:200],
         "now": timezone.now(),
     }

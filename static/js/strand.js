@@ -97,8 +97,11 @@
     if (EXTENSION_RETRIES.indexOf(code) < 0) scheduleReconnect();
   });
 
+  // A share link's guest (body[data-guest]) has no sign-in nor other sessions to go to.
+  var GUEST_CLOSED = { state: "no-access", text: "This shared link was closed; this page no longer updates.", link: null };
+
   function endLive(code) {
-    var reason = CLOSED_FOR_GOOD[code];
+    var reason = body.dataset.guest && code === 4403 ? GUEST_CLOSED : CLOSED_FOR_GOOD[code];
     live.closedCode = code;
     setConnectionState(reason.state);
     // Without its element the socket is never opened again (see scheduleReconnect).
@@ -111,6 +114,10 @@
     note.className = "flash-msg error";
     note.setAttribute("role", "alert");
     note.textContent = reason.text + " ";
+    if (!reason.link) {
+      flash.appendChild(note);
+      return;
+    }
     var link = document.createElement("a");
     link.href = code === 4401
       ? "/accounts/login/?next=" + encodeURIComponent(window.location.pathname + window.location.search)

@@ -150,6 +150,8 @@ def test_only_the_owner_shares_a_session(
     ("body", "says"),
     [
         ({"branch": "no-such-entry"}, "no entry"),
+        ({"branch": "nul\x00"}, ""),
+        ({"branch": "b" * 65}, "branch"),
         ({"expires_in_s": 0}, "expires_in_s"),
         ({"expires_in_s": 400 * 86400}, "expires_in_s"),
         ({"redact_patterns": ["(unclosed"]}, "cannot use the pattern"),

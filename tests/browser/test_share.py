@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, expect
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from sessions_app import store
 from sessions_app.models import Session
@@ -114,13 +116,14 @@ def test_a_guest_sees_the_redacted_branch_alone_and_revoking_closes_its_socket(
     expect(owner.locator("tr[data-share] .pill")).to_have_text("revoked")
     guest.wait_for_function("() => window.strandLive.closedCode === 4403")
     expect(guest.locator("#live-socket")).to_have_count(0)
+    expect(guest.locator("#live-ended")).to_have_text(re.compile("shared link was closed"))
     assert guest.goto(link).status == 404  # type: ignore[union-attr]
     owner_context.close()
     guest_context.close()
 
 
 def test_a_guest_of_the_whole_session_sees_new_messages_live(
-    browser: Browser, server: Server, make_user: Any
+    browser: Browser, server: Server, make_user: Any, django_db_blocker: Any
 ) -> None:
     owner_context = browser.new_context(bypass_csp=True)
     owner = owner_context.new_page()
@@ -140,7 +143,28 @@ def test_a_guest_of_the_whole_session_sees_new_messages_live(
         re.compile(r"remember \[redacted\] and list files")
     )
     assert guest.evaluate("window.strandLive.deltas") == 0  # the text in flight is not sent
+    # What a guest sends on its socket does nothing.
+    with django_db_blocker.unblock():
+        session = Session.objects.get(id=session_url.rstrip("/").rsplit("/", 1)[-1])
+        before = session.last_seq
+        guest.evaluate(
+            "() => window.strandLive.socket.send(JSON.stringify("
+            "{type: 'message', text: 'from a guest', mode: 'message'}))"
+        )
+        guest.reload()
+        wait_live(guest)
+        session.refresh_from_db()
+        assert session.last_seq == before
+    expect(guest.locator("body")).not_to_contain_text("from a guest")
     expect(guest.locator("body")).not_to_contain_text("sk-abcdef")
     screenshot(guest, "share-guest-live")
     owner_context.close()
     guest_context.close()
+
+
+@pytest.mark.parametrize("token", ["A" * 43, "not-a-token", "x" * 3000])
+def test_a_socket_without_a_live_link_is_refused(server: Server, token: str) -> None:
+    url = server.url.replace("http://", "ws://") + f"/ws/sessions/shared/{token}/"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, origin=server.url, open_timeout=10).close()  # type: ignore[arg-type]
+    assert refused.value.response.status_code == 403
