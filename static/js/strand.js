@@ -262,6 +262,42 @@
     });
   });
 
+  // ---- refusals of htmx requests --------------------------------------------------------
+
+  // A 429 swaps its own message into the flash area (base.html). Any other refusal of an htmx
+  // request (400, 403, 404, 409, 413, a 5xx) is not swapped, so that the page stays as it was
+  // with what the user typed; its message goes to the flash area instead of nowhere.
+  function refusalText(xhr) {
+    var text = xhr.responseText || "";
+    var type = xhr.getResponseHeader("Content-Type") || "";
+    try {
+      if (type.indexOf("json") !== -1) {
+        var data = JSON.parse(text);
+        return String(data.detail || data.message || data.error || "");
+      }
+      var doc = new DOMParser().parseFromString(text, "text/html");
+      var notice = doc.querySelector("[role=alert], .notice.error, .flash-msg");
+      return notice ? notice.textContent.trim() : "";
+    } catch (err) {
+      return "";
+    }
+  }
+
+  body.addEventListener("htmx:responseError", function (evt) {
+    var xhr = evt.detail.xhr;
+    if (!xhr || xhr.status === 429) return;
+    var flash = document.getElementById("flash");
+    if (!flash) return;
+    var message = refusalText(xhr).slice(0, 500) ||
+      (xhr.status >= 500 ? "The server failed to answer this request." : "This request was refused.");
+    var line = document.createElement("p");
+    line.className = "flash-msg error";
+    line.setAttribute("role", "alert");
+    line.dataset.status = String(xhr.status);
+    line.textContent = message + " (" + xhr.status + ")";
+    flash.replaceChildren(line);
+  });
+
   // ---- the step in flight --------------------------------------------------------------
 
   function onDelta(delta) {
