@@ -21,10 +21,6 @@ from sessions_app.services import ratelimit, shares
 router = Router(tags=["shares"])
 
 
-def _share_out(link: Any, request: HttpRequest) -> dict[str, Any]:
-    return ShareOut.model_validate(link).model_dump()
-
-
 @router.get("/sessions/{session_id}/shares", response={200: list[ShareOut], ERRORS: ErrorOut})
 def share_list(request: HttpRequest, session_id: str) -> Any:
     """The session's links, newest first, revoked and expired ones included."""
@@ -48,7 +44,7 @@ def share_create(request: HttpRequest, session_id: str, body: ShareIn) -> Any:
         patterns=body.redact_patterns,
     )
     url = request.build_absolute_uri(shares.share_url(token))
-    return Status(201, {**_share_out(link, request), "token": token, "url": url})
+    return Status(201, {**ShareOut.model_validate(link).model_dump(), "token": token, "url": url})
 
 
 @router.delete("/sessions/{session_id}/shares/{share_id}", response={204: None, ERRORS: ErrorOut})
