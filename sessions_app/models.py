@@ -289,3 +289,6 @@ class WorkspaceBlob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner_id}:{self.sha256[:12]} ({self.size} bytes)"
+
+
+from sessions_app.projectors.models import ProjectorCheckpoint, SearchDoc, UsageCount  # noqa: E402,F401
