@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_app.web import replay_views, views
+from sessions_app.web import replay_views, search_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("search", search_views.search_page, name="search"),
     path("sessions/new", views.session_new, name="session-new"),
     path("sessions/import", views.session_import, name="session-import"),
     path("sessions/<uuid:session_id>/", views.session_page, name="session"),
