@@ -5,7 +5,7 @@ refusal's code mapped to a status); `auth` — personal tokens and the browser's
 the routers, by area: `accounts` (/me, tokens), `sessions` (the list, one session, a Pi
 import, forks), `entries` (events, entries, the tree, the leaf, navigation), `views`
 (context, chat, trace, a model request), `agent` (messages, cancel, retry, approvals,
-compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry), `search` (entries across sessions). The API's own description (accounts,
+compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry), `search` (entries across sessions), `usage` (tokens, cost and failures). The API's own description (accounts,
 errors, limits) is `base`'s docstring.
 """
 
@@ -16,7 +16,17 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from ninja import Router
 
-from sessions_app.api import accounts, agent, entries, exports, files, search, sessions, views
+from sessions_app.api import (
+    accounts,
+    agent,
+    entries,
+    exports,
+    files,
+    search,
+    sessions,
+    usage,
+    views,
+)
 from sessions_app.api.base import api
 
 __all__ = ["api"]
@@ -32,6 +42,7 @@ for _router in (
     exports.router,
     files.router,
     search.router,
+    usage.router,
 ):
     api.add_router("", _router)
 
