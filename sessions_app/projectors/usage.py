@@ -7,6 +7,7 @@ import uuid
 import zoneinfo
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -31,7 +32,7 @@ class UsageProjector:
 
     def apply(self, session: PendingSession, events: Sequence[EventRecord]) -> None:
         zone = zoneinfo.ZoneInfo(settings.TIME_ZONE)
-        sums: dict[tuple[object, ...], Decimal] = {}
+        sums: dict[tuple[Any, ...], Decimal] = {}
         for event in events:
             day = event.time.astimezone(zone).date()
             for f in event_figures(event.type, event.data):

@@ -104,7 +104,8 @@ def usage_report(
             owner_id, shown = int(found.pk), found.get_username()
         else:
             owner_id, shown = None, None
-    where, params = ["true"], []
+    where: list[str] = ["true"]
+    params: list[Any] = []
     if owner_id is not None:
         where.append("owner_id = %s")
         params.append(owner_id)
