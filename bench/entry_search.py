@@ -30,7 +30,7 @@ TITLE = "bench entry search"
 QUERIES = {
     "rare word": "zyxquartz",
     "medium word": "kettledrum",
-    "two words": "kettledrum zyxquartz",
+    "two words": "kettledrum violet",
     "phrase": '"violet kettledrum"',
     "chinese": "北京开会",
     "common word": "lanternfish",
@@ -104,7 +104,9 @@ def run(report: Report) -> None:
     build(owner)
     print(f"  data ready in {time.perf_counter() - started:.0f} s", flush=True)
     port = free_port()
-    server = daphne.start(port, {"STRAND_RECOVER_AT_START": "0"})
+    # The search rate limit (60 a minute) off: the benchmark asks hundreds in a row.
+    limits = '{"search": [0, 60]}'
+    server = daphne.start(port, {"STRAND_RECOVER_AT_START": "0", "STRAND_RATE_LIMITS": limits})
     try:
         http = requests.Session()
         http.headers["Authorization"] = f"Bearer {tokens.token_create(owner, 'bench')[1]}"

@@ -1,7 +1,8 @@
 """Usage and failures read from the projector's rollups (`UsageCount`): tokens and cost per
 day, model and session, tool calls and errors per tool, how turns ended, provider faults by
 kind, and latency percentiles per model. Nothing here reads the event log, so a report costs
-the same at 1 or 1,000,000 sessions. Nothing here writes.
+the same at 1 or 1,000,000 sessions; the events after the projector's checkpoints are
+added from the log, in the same snapshot, so a report is never behind. Nothing here writes.
 
 Owners see their own usage; staff everyone's, or one user's.
 """
@@ -16,13 +17,17 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 
 from projections.usage import TOKEN_METRICS, percentile
-from sessions_app import access
+from sessions_app import access, store
 from sessions_app.models import Session
+from sessions_app.projectors.usage import NAME as PROJECTOR
+from sessions_app.projectors.usage import usage_sums
 
 TOP_SESSIONS = 10
+# The most events after the projector's checkpoints a report reads itself.
+TAIL_EVENTS = 20_000
 TOKENS = (*TOKEN_METRICS.values(), "total_tokens")
 
 
@@ -115,17 +120,56 @@ def usage_report(
     if until is not None:
         where.append("day <= %s")
         params.append(until)
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            if not connection.savepoint_ids:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur.execute(
+                f"""
+                SELECT owner_id, day, session_id, provider, model, metric, label, sum(value)
+                FROM sessions_app_usagecount WHERE {" AND ".join(where)}
+                GROUP BY owner_id, day, session_id, provider, model, metric, label
+                """,
+                params,
+            )
+            rows = cur.fetchall()
+        rows += _tail_rows(owner_id, since, until)
+    return _report(shown, rows, everyone=owner_id is None)
+
+
+def _tail_rows(owner_id: int | None, since: date | None, until: date | None) -> list[Any]:
+    """The figures of the events after the usage projector's checkpoints (at most
+    TAIL_EVENTS of them), as rollup rows: the report is never behind the log."""
+    scope, params = "", [PROJECTOR]
+    if owner_id is not None:
+        scope, params = "AND s.owner_id = %s", [PROJECTOR, owner_id]
     with connection.cursor() as cur:
         cur.execute(
             f"""
-            SELECT owner_id, day, session_id, provider, model, metric, label, sum(value)
-            FROM sessions_app_usagecount WHERE {" AND ".join(where)}
-            GROUP BY owner_id, day, session_id, provider, model, metric, label
+            SELECT s.id, s.owner_id, s.last_seq, COALESCE(c.seq, -1)
+            FROM sessions_app_session s
+            LEFT JOIN sessions_app_projectorcheckpoint c
+              ON c.projector = %s AND c.session_id = s.id
+            WHERE s.last_seq > COALESCE(c.seq, -1) {scope}
+            ORDER BY s.last_seq - COALESCE(c.seq, -1)
+            LIMIT 1000
             """,
             params,
         )
-        rows = cur.fetchall()
-    return _report(shown, rows, everyone=owner_id is None)
+        pending = cur.fetchall()
+    rows: list[Any] = []
+    budget = TAIL_EVENTS
+    for session_id, owner, last_seq, done in pending:
+        if budget <= 0:
+            break
+        count = min(last_seq - done, budget)
+        budget -= count
+        events = [e for e in store.events_after(session_id, done, count) if e.seq <= last_seq]
+        for key, value in usage_sums(session_id, owner, events).items():
+            day = key[1]
+            if (since is None or day >= since) and (until is None or day <= until):
+                rows.append((*key, value))
+    return rows
 
 
 def _report(shown: str | None, rows: list[tuple[Any, ...]], *, everyone: bool) -> UsageReport:

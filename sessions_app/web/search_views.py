@@ -21,7 +21,8 @@ from sessions_app.services import ratelimit
 
 def snippet_html(snippet: str, highlights: list[tuple[int, int]]) -> SafeString:
     """The snippet escaped, each match in a <mark>."""
-    parts, at = [], 0
+    parts: list[str] = []
+    at = 0
     for start, end in highlights:
         if start < at:
             continue

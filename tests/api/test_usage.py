@@ -109,3 +109,13 @@ def test_the_usage_page_and_csv(alice: Any) -> None:
     lines = csv.content.decode().splitlines()
     assert lines[0].startswith("day,replies") and lines[1].endswith(",0.50000000")
     assert client.get("/usage?since=nonsense").status_code == 400
+
+
+def test_usage_counts_events_the_projector_has_not_read_yet(alice: Any, as_alice: Api) -> None:
+    session = session_with(alice, user_msg("hi"), reply("small", 100, 20, 0.5, 300))
+    project_pending()
+    store.append_events(session.id, session.last_seq, [reply("small", 1, 1, 0.25, 40)])
+    before = body_of(as_alice.get("/usage"))["total"]
+    assert before["replies"] == 2 and Decimal(before["cost"]) == Decimal("0.75")
+    project_pending()
+    assert body_of(as_alice.get("/usage"))["total"] == before
