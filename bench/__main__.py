@@ -20,6 +20,7 @@ def main(argv: list[str]) -> int:
         live,
         pages,
         pi,
+        projector,
         search,
         tools,
         trees,
@@ -37,6 +38,7 @@ def main(argv: list[str]) -> int:
         "compare": compare.run,
         "search": search.run,
         "entry_search": entry_search.run,
+        "projector": projector.run,
     }
     chosen = argv or list(suites)
     report = Report()

@@ -26,7 +26,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -354,12 +354,11 @@ def _hit(
 
 
 def _titles(session_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
-    return {s.id: str(s) for s in Session.objects.filter(id__in=list(session_ids))}
+    sessions = Session.objects.filter(id__in=list(session_ids)).only("id", "title")
+    return {s.id: str(s) for s in sessions}
 
 
 def _titled(hit: SearchHit, titles: dict[uuid.UUID, str]) -> SearchHit:
-    from dataclasses import replace
-
     return replace(hit, session_title=titles[hit.session_id])
 
 
