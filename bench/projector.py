@@ -67,7 +67,7 @@ def run(report: Report) -> None:
         append.run(inner)
         for row in inner.rows:
             row.group = "append + projector"
-        report.add(*inner.rows)
+        report.rows.extend(inner.rows)
         _lag(report)
     finally:
         _stop(projector)
@@ -147,3 +147,5 @@ def _lag(report: Report) -> None:
             note=f"{len(behind)} samples",
         ),
     )
+    for row in report.rows[-2:]:
+        print(f"  {row.name}: {row.value} ({row.note})", flush=True)
