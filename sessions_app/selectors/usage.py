@@ -140,9 +140,11 @@ def usage_report(
 def _tail_rows(owner_id: int | None, since: date | None, until: date | None) -> list[Any]:
     """The figures of the events after the usage projector's checkpoints (at most
     TAIL_EVENTS of them), as rollup rows: the report is never behind the log."""
-    scope, params = "", [PROJECTOR]
+    scope = ""
+    params: list[Any] = [PROJECTOR]
     if owner_id is not None:
-        scope, params = "AND s.owner_id = %s", [PROJECTOR, owner_id]
+        scope = "AND s.owner_id = %s"
+        params.append(owner_id)
     with connection.cursor() as cur:
         cur.execute(
             f"""
