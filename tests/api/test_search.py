@@ -269,3 +269,24 @@ def test_like_wildcards_are_matched_literally(alice: Any, as_alice: Api) -> None
 def test_any_query_string_is_answered_without_a_server_error(as_alice: Api, q: str) -> None:
     response = search(as_alice, q)
     assert response.status_code in (200, 400, 422)
+
+
+def test_the_search_page_escapes_snippets_and_marks_the_matches(alice: Any, bob: Any) -> None:
+    from django.test import Client
+
+    session_with(alice, user_msg("<script>alert(1)</script> the <b>okapi</b> & friends"))
+    session_with(bob, user_msg("bob's okapi"))
+    project_pending()
+    client = Client()
+    client.force_login(alice)
+    page = client.get("/search?q=okapi")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert" not in html
+    assert "&lt;b&gt;<mark>okapi</mark>&lt;/b&gt; &amp; friends" in html
+    assert "bob&#x27;s" not in html and "bob's okapi" not in html
+    assert client.get("/search?q=%00").status_code == 400
+    assert client.get("/search?q=" + "x" * 501).status_code == 400
+    assert client.get("/search?q=okapi&since=someday").status_code == 400
+    anonymous = Client().get("/search?q=okapi")
+    assert anonymous.status_code == 302
