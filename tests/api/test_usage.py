@@ -119,3 +119,21 @@ def test_usage_counts_events_the_projector_has_not_read_yet(alice: Any, as_alice
     assert before["replies"] == 2 and Decimal(before["cost"]) == Decimal("0.75")
     project_pending()
     assert body_of(as_alice.get("/usage"))["total"] == before
+
+
+def test_the_audit_desks_usage_page_shows_the_rollups(alice: Any, carol: Any) -> None:
+    session_with(
+        alice,
+        user_msg("hi"),
+        tool_call("grep"),
+        tool_result("no such file", tool="grep", error=True),
+        NewEvent("turn/end", {"turn": 0, "reason": "interrupted"}),
+    )
+    client = Client()
+    client.force_login(carol)
+    html = client.get(
+        f"/admin/sessions_app/requestaudit/usage/?owner__id__exact={alice.pk}"
+    ).content.decode()
+    rollups = html[html.index('id="audit-rollups"') :]
+    assert '<th scope="row">grep</th><td>1</td><td>1</td>' in rollups
+    assert '<th scope="row">interrupted</th><td>1</td>' in rollups
