@@ -11,7 +11,20 @@ from bench.common import ROOT, Report, Row, machine, setup_django
 
 def main(argv: list[str]) -> int:
     setup_django()
-    from bench import append, audit, compare, langgraph, live, pages, pi, search, tools, trees
+    from bench import (
+        append,
+        audit,
+        compare,
+        entry_search,
+        langgraph,
+        live,
+        pages,
+        pi,
+        projector,
+        search,
+        tools,
+        trees,
+    )
 
     suites = {
         "append": append.run,
@@ -24,6 +37,8 @@ def main(argv: list[str]) -> int:
         "audit": audit.run,
         "compare": compare.run,
         "search": search.run,
+        "entry_search": entry_search.run,
+        "projector": projector.run,
     }
     chosen = argv or list(suites)
     report = Report()

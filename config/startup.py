@@ -38,10 +38,13 @@ class RunOnceAtStart:
 
 
 def recover_open_turns() -> None:
-    """Close the turns that processes which died left open (DESIGN §7)."""
+    """Close the turns that processes which died left open (DESIGN §7), then start this
+    process's projector (DESIGN §12; one works per database, the others stand by)."""
     from sessions_app.agent import agent_startup
+    from sessions_app.projectors.service import start_in_process
 
     agent_startup()
+    start_in_process()
 
 
 def tune_garbage_collection() -> None:

@@ -345,3 +345,6 @@ class KeyRateCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} {self.scope} @ {self.window_start}: {self.count}"
+
+
+from sessions_app.projectors.models import ProjectorCheckpoint, SearchDoc, UsageCount  # noqa: E402,F401

@@ -6,7 +6,8 @@ the routers, by area: `accounts` (/me, tokens), `sessions` (the list, one sessio
 import, forks), `entries` (events, entries, the tree, the leaf, navigation), `views`
 (context, chat, trace, a model request), `agent` (messages, cancel, retry, approvals,
 compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry), `shares`
-(a session's share links). The API's own description (accounts,
+(a session's share links), `search` (entries across sessions), `usage` (tokens, cost and
+failures). The API's own description (accounts,
 errors, limits) is `base`'s docstring.
 """
 
@@ -17,7 +18,18 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from ninja import Router
 
-from sessions_app.api import accounts, agent, entries, exports, files, sessions, shares, views
+from sessions_app.api import (
+    accounts,
+    agent,
+    entries,
+    exports,
+    files,
+    search,
+    sessions,
+    shares,
+    usage,
+    views,
+)
 from sessions_app.api.base import api
 
 __all__ = ["api"]
@@ -33,6 +45,8 @@ for _router in (
     exports.router,
     files.router,
     shares.router,
+    search.router,
+    usage.router,
 ):
     api.add_router("", _router)
 

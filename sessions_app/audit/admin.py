@@ -30,6 +30,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth import get_user_model
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -46,7 +47,7 @@ from projections.request import RequestNotFound
 from sessions_app import access
 from sessions_app.audit import charts
 from sessions_app.models import RequestAudit
-from sessions_app.selectors import audit
+from sessions_app.selectors import audit, usage
 from sessions_app.streaming import streamed
 
 # Most requests one run of the integrity action checks; `manage.py verify --requests`
@@ -605,9 +606,22 @@ class RequestAuditAdmin(admin.ModelAdmin):
             "title": "Model usage",
             "summary": _usage_summary(overview.total),
             "tables": tables,
+            # Tools, turns and faults from the projector's rollups (the Usage page's own
+            # numbers), for the user the list is filtered to, or everyone.
+            "rollups": _rollup_report(request),
             "filter_query": _filter_query(cl),
         }
         return TemplateResponse(request, "admin/strand/usage.html", context)
+
+
+def _rollup_report(request: HttpRequest) -> usage.UsageReport:
+    owner = _id_of(request.GET.get(UserFilter.parameter_name, ""))
+    name = (
+        get_user_model().objects.filter(pk=owner).values_list("username", flat=True).first()
+        if owner is not None
+        else None
+    )
+    return usage.usage_report(request.user, username=name)
 
 
 def _usage_summary(total: audit.UsageRow) -> str:

@@ -549,8 +549,9 @@ def usage_overview(rows: QuerySet[RequestAudit]) -> UsageOverview:
 
 
 def _usage(label: str, sums: Sequence[Any]) -> UsageRow:
+    # With no request at all, the grand total's count is NULL (the sums are COALESCEd).
     requests, tin, tout, total, cost = sums
-    return UsageRow(label, int(requests), int(tin), int(tout), int(total), Decimal(cost))
+    return UsageRow(label, int(requests or 0), int(tin), int(tout), int(total), Decimal(cost))
 
 
 # --- export ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from sessions_app.errors import DomainError
 from sessions_app.models import Session, SessionDeletion
 from sessions_app.presets import DEFAULT_PRESET as DEFAULT_PRESET  # re-exported
 from sessions_app.presets import OFFLINE, PresetNotFound, preset_name_of, preset_resolve
+from sessions_app.projectors.runner import session_forget
 from sessions_app.services.workspace import workspace_fork, workspace_materialize
 from sessions_app.store import NewEvent
 from sessions_app.turn_lock import turn_lock_key
@@ -279,6 +280,8 @@ def session_delete(*, session: Session, by: User) -> None:
         cur.execute("DELETE FROM sessions_app_sharelink WHERE session_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_entry WHERE session_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_event WHERE session_id = %s", [sid])
+        # What the asynchronous projectors made of it (the search index, the usage rollups).
+        session_forget(sid)
         cur.execute("UPDATE sessions_app_session SET parent_id = NULL WHERE parent_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_session WHERE id = %s", [sid])
         SessionDeletion.objects.create(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_app.web import replay_views, share_views, views
+from sessions_app.web import replay_views, search_views, share_views, usage_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("search", search_views.search_page, name="search"),
+    path("usage", usage_views.usage_page, name="usage"),
+    path("usage.csv", usage_views.usage_csv, name="usage-csv"),
     path("sessions/new", views.session_new, name="session-new"),
     path("sessions/import", views.session_import, name="session-import"),
     path("sessions/<uuid:session_id>/", views.session_page, name="session"),

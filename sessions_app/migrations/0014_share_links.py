@@ -53,7 +53,7 @@ DROP FUNCTION IF EXISTS strand_shares_deleted();
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0012_workspace_blobs"),
+        ("sessions_app", "0013_projector_search_usage"),
         ("sessions_app", "0005_account_change_notify"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
