@@ -112,6 +112,9 @@ ACCOUNT_ENDPOINTS = [
     Endpoint("POST", "/sessions", {"title": "mine"}, owner=201),
     Endpoint("POST", "/sessions/import", "upload", owner=201),
     Endpoint("GET", "/tokens"),
+    # Across sessions, each persona's own (tests/api/test_search.py, test_usage.py).
+    Endpoint("GET", "/search?q=secret"),
+    Endpoint("GET", "/usage"),
 ]
 
 
