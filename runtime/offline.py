@@ -314,9 +314,10 @@ def _prose(messages: Sequence[Mapping[str, Any]], text: str) -> str:
     if summaries:
         parts.append("Part of the earlier conversation reaches me as a summary.")
     parts.append(
-        "I am Strand's offline model: I can read, list, search and write files in the "
-        "working directory. Try “read README.md”, “list files”, “search for TODO” or "
-        "“write notes.txt: hello”."
+        "I am Strand's offline model: I can read, list, search, write and edit files in "
+        "the working directory and run commands there. Try “read README.md”, “list files”, "
+        "“search for TODO”, “write notes.txt: hello”, “edit notes.txt: hello => hi” or "
+        "“run ls -la”."
     )
     return " ".join(parts)
 

@@ -22,21 +22,27 @@ from typing import Any
 
 from runtime import sandbox
 from runtime.tools import (
+    _READ_FLAGS,
+    MAX_GREP_BYTES,
+    MAX_GREP_FILE_BYTES,
+    MAX_GREP_MATCHES,
     MAX_LIST_ENTRIES,
+    MAX_PATTERN_CHARS,
     MAX_READ_BYTES,
     Tool,
     ToolFailure,
     ToolOutcome,
     Workspace,
     _check_quota,
-    _grep,
     _kind,
+    _matching_lines,
     _quota_turn,
     _read_at_most,
     _read_file,
     _Walk,
     _write_file,
     _write_within,
+    compile_pattern,
 )
 
 SCHEMAS: dict[str, Any] = json.loads(
@@ -220,21 +226,146 @@ def _lines(text: str) -> list[str]:
     return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
 
 
+GREP_DEFAULT_LIMIT = 100  # Pi's
+GREP_MAX_CONTEXT = 20  # lines before and after a match; Pi takes any number
+GREP_MAX_LINE_CHARS = 500  # Pi's GREP_MAX_LINE_LENGTH
+GREP_MAX_OUTPUT_BYTES = 50 * 1024  # Pi's DEFAULT_MAX_BYTES
+
+
 def _grep_pi(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
-    for unsupported in ("glob", "context"):
-        if args.get(unsupported):
-            raise ToolFailure(
-                "INVALID_ARGUMENTS", f"grep here does not take {unsupported!r} yet; leave it out"
-            )
-    return _grep(
-        ws,
-        {
-            "pattern": args.get("pattern"),
-            "path": _relative(ws, args.get("path") or "."),
-            "regex": not args.get("literal"),
-            "ignore_case": bool(args.get("ignoreCase")),
-        },
+    """Pi's grep: `path:N: text` for a matching line, `path-N- text` for a line of context
+    around it, files filtered by `glob` (relative to the searched folder; without `/`, a
+    file name at any depth; a leading `!` leaves the files it matches out), at most `limit`
+    matches (Pi's 100 by default, never more than Strand's own bound) and 50 KB of output,
+    with Pi's notices."""
+    pattern = args.get("pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise ToolFailure("INVALID_ARGUMENTS", "pattern must be a non-empty string")
+    rx = compile_pattern(
+        pattern, regex=not args.get("literal"), ignore_case=bool(args.get("ignoreCase"))
     )
+    limit = _limit(args, GREP_DEFAULT_LIMIT, ceiling=MAX_GREP_MATCHES)
+    context = args.get("context") or 0
+    if not isinstance(context, int | float) or isinstance(context, bool) or context < 0:
+        raise ToolFailure("INVALID_ARGUMENTS", "context must be a number of lines, 0 or more")
+    context = min(int(context), GREP_MAX_CONTEXT)
+    keep = _glob_filter(args.get("glob"))
+    shown = str(args.get("path") or ".")
+    top = ws.parts(_relative(ws, shown))
+    found = _PiGrep(rx, limit, context)
+    fd, info = ws.open_entry(top, shown=shown)
+    try:
+        if stat.S_ISREG(info.st_mode):
+            found.search(ws, fd, info, top[-1] if top else shown)
+        elif not stat.S_ISDIR(info.st_mode):
+            raise ToolFailure("NOT_A_FILE", f"{shown}: {_kind(info.st_mode)}, not a regular file")
+    finally:
+        os.close(fd)
+    if stat.S_ISDIR(info.st_mode):
+        walk = _Walk(ws, top, recursive=True)
+        for dir_fd, name, parts, is_dir in walk:
+            rel = "/".join(parts[len(top) :])
+            if is_dir or not keep(rel):
+                continue
+            try:
+                file_fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                continue  # became a link, or went away, since it was listed
+            try:
+                if not found.search(ws, file_fd, os.fstat(file_fd), rel):
+                    break
+            finally:
+                os.close(file_fd)
+    return found.outcome()
+
+
+def _glob_filter(glob: Any) -> Any:
+    if glob is None or glob == "":
+        return lambda rel: True
+    if not isinstance(glob, str) or len(glob) > MAX_PATTERN_CHARS:
+        raise ToolFailure("INVALID_ARGUMENTS", "glob must be a glob pattern")
+    negated = glob.startswith("!")
+    rx = glob_regex(re.sub(r"^(?:\./)+", "", glob[1:] if negated else glob))
+    return lambda rel: bool(rx.fullmatch(rel)) != negated
+
+
+class _PiGrep:
+    """The lines of one Pi grep as they are found, and the bounds they reached."""
+
+    def __init__(self, rx: Any, limit: int, context: int) -> None:
+        self.rx, self.limit, self.context = rx, limit, context
+        self.lines: list[str] = []
+        self.bytes = 0
+        self.matches = 0
+        self.limit_reached = False
+        self.lines_cut = False
+        self.read = 0
+
+    def search(self, ws: Workspace, fd: int, info: os.stat_result, rel: str) -> bool:
+        """Search one open file; False once the match limit is passed."""
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_GREP_FILE_BYTES:
+            return True
+        if self.read + info.st_size > MAX_GREP_BYTES:
+            return False
+        ws.check_time()
+        data = _read_at_most(fd, MAX_GREP_FILE_BYTES + 1)
+        self.read += len(data)
+        if len(data) > MAX_GREP_FILE_BYTES or b"\x00" in data[:8192]:
+            return True
+        numbers = [number for number, _, _, _ in _matching_lines(self.rx, data)]
+        if not numbers:
+            return True
+        lines = _lines(data.decode("utf-8", errors="replace"))
+        if self.matches + len(numbers) > self.limit:
+            self.limit_reached = True
+            numbers = numbers[: self.limit - self.matches]
+        matching = set(numbers)
+        shown: set[int] = set()
+        for number in numbers:
+            low, high = max(1, number - self.context), min(len(lines), number + self.context)
+            shown.update(range(low, high + 1))
+        for at in sorted(shown):
+            self._add(rel, at, lines[at - 1], at in matching)
+        self.matches += len(numbers)
+        ws.check_time()
+        return not self.limit_reached
+
+    def _add(self, rel: str, number: int, text: str, is_match: bool) -> None:
+        text = text.rstrip("\r")
+        if len(text) > GREP_MAX_LINE_CHARS:
+            text = text[:GREP_MAX_LINE_CHARS] + "... [truncated]"
+            self.lines_cut = True
+        line = f"{rel}:{number}: {text}" if is_match else f"{rel}-{number}- {text}"
+        if self.bytes - 1 <= GREP_MAX_OUTPUT_BYTES:
+            self.lines.append(line)
+        self.bytes += len(line.encode("utf-8")) + 1
+
+    def outcome(self) -> ToolOutcome:
+        if not self.matches:
+            return ToolOutcome("No matches found")
+        text = "\n".join(self.lines)
+        notices: list[str] = []
+        details: dict[str, Any] = {}
+        if self.limit_reached:
+            notices.append(
+                f"{self.limit} matches limit reached. Use limit={self.limit * 2} for more, "
+                "or refine pattern"
+            )
+            details["matchLimitReached"] = self.limit
+        encoded = text.encode("utf-8")
+        if len(encoded) > GREP_MAX_OUTPUT_BYTES:
+            text = encoded[:GREP_MAX_OUTPUT_BYTES].decode("utf-8", "ignore").rsplit("\n", 1)[0]
+            notices.append("50.0KB limit reached")
+            details["truncation"] = {"truncated": True, "truncatedBy": "bytes"}
+        if self.lines_cut:
+            notices.append(
+                f"Some lines truncated to {GREP_MAX_LINE_CHARS} chars. Use read tool to see "
+                "full lines"
+            )
+            details["linesTruncated"] = True
+        if notices:
+            text += f"\n\n[{'. '.join(notices)}]"
+        return ToolOutcome(text, details=details or None)
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -271,13 +402,13 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + "/?")
 
 
-def _limit(args: Mapping[str, Any], default: int) -> int:
+def _limit(args: Mapping[str, Any], default: int, ceiling: int | None = None) -> int:
     raw = args.get("limit")
     if raw is None:
         return default
     if not isinstance(raw, int | float) or isinstance(raw, bool) or raw < 1:
         raise ToolFailure("INVALID_ARGUMENTS", "limit must be a positive number")
-    return min(int(raw), default)
+    return min(int(raw), ceiling or default)
 
 
 def _find(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
