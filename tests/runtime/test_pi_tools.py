@@ -200,7 +200,9 @@ def test_pis_grep_shows_context_lines_and_filters_by_glob(tmp_path: Path) -> Non
     assert "b.txt" not in call(tmp_path, "grep", pattern="TODO", glob="!*.txt").text
     limited = call(tmp_path, "grep", pattern="TODO", limit=1)
     assert limited.details == {"matchLimitReached": 1}
-    assert limited.text.endswith("[1 matches limit reached. Use limit=2 for more, or refine pattern]")
+    assert limited.text.endswith(
+        "[1 matches limit reached. Use limit=2 for more, or refine pattern]"
+    )
 
 
 @pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")

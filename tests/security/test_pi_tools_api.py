@@ -13,19 +13,23 @@ from django.contrib.auth.models import User
 
 from projections.records import EventRecord
 from runtime import sandbox
-from sessions_app import services
-from sessions_app.presets import CODING_PRESET
+from sessions_app import services, store
+from sessions_app.models import Session
+from sessions_app.presets import CODING_PRESET, OLDER_TOOL_NAMES, PI_TOOL_NAMES
 from sessions_app.services.pi_io import pi_import
-from tests.api.conftest import OFFLINE_PRESET, Api, converse
+from tests.api.conftest import Api, converse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CODING = "coding-small"
+# A preset that names no tools: it offers the default ones, Pi's.
+DEFAULT_TOOLS = "default-tools"
 
 
 @pytest.fixture(autouse=True)
 def coding_preset(serve_preset: Any) -> None:
     serve_preset(CODING, **CODING_PRESET)
+    serve_preset(DEFAULT_TOOLS, **{k: v for k, v in CODING_PRESET.items() if k != "tools"})
 
 
 def results_of(events: list[EventRecord]) -> list[tuple[str, str | None, str, Any]]:
@@ -111,11 +115,29 @@ def test_a_session_on_the_older_names_keeps_them(
     as_alice: Api, alice: User, workspace: Path
 ) -> None:
     session = services.session_create(
-        owner=alice, title="old", cwd=str(workspace), preset=OFFLINE_PRESET
+        owner=alice, title="old", cwd=str(workspace), preset=DEFAULT_TOOLS
+    )
+    # Made when the offline preset offered Strand's older tools: its snapshot names them.
+    Session.objects.filter(pk=session.pk).update(
+        preset={**session.preset, "tools": OLDER_TOOL_NAMES}
     )
     events = converse(as_alice, session, "read notes.txt, list files, write x.txt: y")
     assert [r[0] for r in results_of(events)] == ["read_file", "list_files", "write_file"]
     assert all(r[1] is None for r in results_of(events))
+    header = store.events_after(session.id, -1, 1000)
+    offered = [e.data["tools"] for e in header if e.type == "request/header"]
+    assert [t["name"] for t in offered[-1]] == OLDER_TOOL_NAMES
+
+
+def test_a_new_session_on_the_default_preset_offers_pis_tools(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    session = services.session_create(
+        owner=alice, title="new", cwd=str(workspace), preset=DEFAULT_TOOLS
+    )
+    assert session.preset["tools"] == PI_TOOL_NAMES
+    events = converse(as_alice, session, "read notes.txt, list files, write x.txt: y")
+    assert [r[0] for r in results_of(events)] == ["read", "ls", "write"]
 
 
 @pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
