@@ -261,8 +261,8 @@ def _text(content: Any) -> str:
 
 
 def _brief(arguments: Mapping[str, Any]) -> str:
-    value = arguments.get("path") or arguments.get("pattern") or ""
-    return str(value)
+    value = arguments.get("path") or arguments.get("pattern") or arguments.get("command") or ""
+    return _clip(str(value), 80)
 
 
 def _report(messages: Sequence[Mapping[str, Any]]) -> str:

@@ -479,6 +479,7 @@ def _bash(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
             limits,
             cancel=ws.cancel,
             deadline=ws.deadline - BASH_RESULT_MARGIN_S,
+            on_output=ws.output,
         )
     except sandbox.SandboxUnavailable as exc:
         raise ToolFailure("NO_SANDBOX", f"bash cannot run here: {exc}") from None
@@ -506,7 +507,7 @@ def _bash(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
             details,
         )
     if done.stopped == "cancelled":
-        return ToolOutcome(status("Command aborted"), True, "CANCELLED", details)
+        return ToolOutcome(status("Command aborted"), True, "ABORTED", details)
     if done.stopped == "output":
         return ToolOutcome(
             status(f"Command stopped: it wrote more than {limits.output_max_bytes} bytes"),
