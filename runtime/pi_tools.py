@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 import stat
@@ -38,7 +39,6 @@ from runtime.tools import (
     _matching_lines,
     _quota_turn,
     _read_at_most,
-    _read_file,
     _Walk,
     _write_file,
     _write_within,
@@ -74,8 +74,172 @@ def _with_path(ws: Workspace, args: Mapping[str, Any], default: str | None = Non
     return out
 
 
+READ_MAX_LINES = 2000  # Pi's DEFAULT_MAX_LINES
+READ_MAX_BYTES = 50 * 1024  # Pi's DEFAULT_MAX_BYTES
+READ_CHUNK = 1024 * 1024
+
+
 def _read(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
-    return _read_file(ws, _with_path(ws, args))
+    """Pi's read of a text file: the lines from `offset` (1-based), at most `limit` of them,
+    cut to 2000 lines or 50 KB (whichever comes first) with Pi's notices. The file is read in
+    chunks and only the lines that can be shown are kept, so memory does not grow with it."""
+    shown = str(args.get("path"))
+    offset, limit = args.get("offset"), args.get("limit")
+    for name, value in (("offset", offset), ("limit", limit)):
+        if value is not None and (
+            not isinstance(value, int | float) or isinstance(value, bool) or value < 0
+        ):
+            raise ToolFailure("INVALID_ARGUMENTS", f"{name} must be a number, 0 or more")
+    start = max(0, int(offset) - 1) if offset else 0
+    end = math.inf if limit is None else start + int(limit)
+    parts = ws.parts(_relative(ws, args.get("path")))
+    fd, info = ws.open_entry(parts, shown=shown)
+    try:
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolFailure("NOT_A_FILE", f"{shown}: {_kind(info.st_mode)}, not a regular file")
+        first = _read_at_most(fd, min(8192, info.st_size) or 1)
+        if b"\x00" in first:
+            raise ToolFailure("BINARY_FILE", f"{shown}: a binary file ({info.st_size} bytes)")
+        total, kept, first_line_bytes = _select_lines(ws, fd, first, start, end)
+    finally:
+        os.close(fd)
+    if start >= total:
+        raise ToolFailure(
+            "OFFSET_PAST_END", f"Offset {offset} is beyond end of file ({total} lines total)"
+        )
+    cut = truncate_head("\n".join(kept))
+    details: dict[str, Any] | None = None
+    if cut["firstLineExceedsLimit"]:
+        text = (
+            f"[Line {start + 1} is {format_size(first_line_bytes)}, exceeds "
+            f"{format_size(READ_MAX_BYTES)} limit. Use bash: sed -n '{start + 1}p' {shown} | "
+            f"head -c {READ_MAX_BYTES}]"
+        )
+        details = {"truncation": cut}
+    elif cut["truncated"]:
+        last = start + cut["outputLines"]
+        text = cut.pop("content")
+        by = "" if cut["truncatedBy"] == "lines" else f" ({format_size(READ_MAX_BYTES)} limit)"
+        text += f"\n\n[Showing lines {start + 1}-{last} of {total}{by}. Use offset={last + 1} to continue.]"
+        details = {"truncation": cut}
+    elif end < total:
+        text = f"{cut['content']}\n\n[{total - end} more lines in file. Use offset={end + 1} to continue.]"
+    else:
+        text = cut["content"]
+    if details is not None:
+        details["truncation"].pop("content", None)  # the text holds it
+    return ToolOutcome(text, details=details)
+
+
+def _select_lines(
+    ws: Workspace, fd: int, first: bytes, start: int, end: float
+) -> tuple[int, list[str], int]:
+    """The file's line count (its pieces between line breaks), the selected lines that
+    `truncate_head` can show (each cut past the byte limit), and the byte length of the first
+    selected line; as Pi's `selectLinesFromStream` makes them."""
+    kept: list[str] = []
+    kept_bytes = 0
+    full = False
+    first_line_bytes = -1
+    line = 0
+    current: list[bytes] = []
+    current_bytes = 0
+    data = first
+    while data:
+        pieces = data.split(b"\n")
+        for index, piece in enumerate(pieces):
+            selected = start <= line < end
+            if selected and not full and current_bytes <= READ_MAX_BYTES:
+                current.append(piece)
+            if selected:
+                current_bytes += len(piece)
+            if index == len(pieces) - 1:
+                break  # the line goes on in the next chunk
+            if selected:
+                if first_line_bytes < 0:
+                    first_line_bytes = current_bytes
+                if not full:
+                    text = b"".join(current).decode("utf-8", errors="replace")
+                    kept_bytes += len(text.encode("utf-8")) + (1 if kept else 0)
+                    kept.append(text)
+                    full = len(kept) > READ_MAX_LINES or kept_bytes > READ_MAX_BYTES
+            current, current_bytes = [], 0
+            line += 1
+        ws.check_time()
+        data = _read_at_most(fd, READ_CHUNK)
+    if start <= line < end:
+        if first_line_bytes < 0:
+            first_line_bytes = current_bytes
+        if not full:
+            kept.append(b"".join(current).decode("utf-8", errors="replace"))
+    return line + 1, kept, max(first_line_bytes, 0)
+
+
+def truncate_head(content: str) -> dict[str, Any]:
+    """Pi's truncateHead: the first lines of `content` that fit in 2000 lines and 50 KB, and
+    how it was cut."""
+    total_bytes = len(content.encode("utf-8"))
+    lines = content.split("\n") if content else []
+    if content.endswith("\n"):
+        lines.pop()
+    base = {
+        "totalLines": len(lines),
+        "totalBytes": total_bytes,
+        "lastLinePartial": False,
+        "maxLines": READ_MAX_LINES,
+        "maxBytes": READ_MAX_BYTES,
+    }
+    if len(lines) <= READ_MAX_LINES and total_bytes <= READ_MAX_BYTES:
+        return {
+            "content": content,
+            "truncated": False,
+            "truncatedBy": None,
+            "outputLines": len(lines),
+            "outputBytes": total_bytes,
+            "firstLineExceedsLimit": False,
+            **base,
+        }
+    if len(lines[0].encode("utf-8")) > READ_MAX_BYTES:
+        return {
+            "content": "",
+            "truncated": True,
+            "truncatedBy": "bytes",
+            "outputLines": 0,
+            "outputBytes": 0,
+            "firstLineExceedsLimit": True,
+            **base,
+        }
+    out: list[str] = []
+    used = 0
+    by = "lines"
+    for index, line in enumerate(lines[:READ_MAX_LINES]):
+        size = len(line.encode("utf-8")) + (1 if index > 0 else 0)
+        if used + size > READ_MAX_BYTES:
+            by = "bytes"
+            break
+        out.append(line)
+        used += size
+    if len(out) >= READ_MAX_LINES and used <= READ_MAX_BYTES:
+        by = "lines"
+    text = "\n".join(out)
+    return {
+        "content": text,
+        "truncated": True,
+        "truncatedBy": by,
+        "outputLines": len(out),
+        "outputBytes": len(text.encode("utf-8")),
+        "firstLineExceedsLimit": False,
+        **base,
+    }
+
+
+def format_size(size: int) -> str:
+    """Pi's formatSize: 512B, 50.0KB, 1.5MB."""
+    if size < 1024:
+        return f"{size}B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f}KB"
+    return f"{size / (1024 * 1024):.1f}MB"
 
 
 def _write(ws: Workspace, args: Mapping[str, Any]) -> ToolOutcome:
