@@ -4,6 +4,7 @@ user denies never runs; a session on the older tool names keeps calling them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,15 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from projections.context import build_session_context
 from projections.records import EventRecord
 from runtime import sandbox
 from sessions_app import services, store
 from sessions_app.models import Session
 from sessions_app.presets import CODING_PRESET, OLDER_TOOL_NAMES, PI_TOOL_NAMES
-from sessions_app.services.pi_io import pi_import
+from sessions_app.services.pi_io import pi_export_lines, pi_import
 from tests.api.conftest import Api, converse
+from tests.pi16 import pi16_opens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,3 +158,41 @@ def test_a_pi_session_imported_and_continued_offers_pis_tools(
     results = results_of(events)
     assert [(r[0], r[1]) for r in results] == [("bash", None), ("edit", None), ("read", None)]
     assert results[-1][2] == "continued\n"
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
+def test_a_pi_session_continued_with_bash_and_edit_opens_in_pi_with_the_same_context(
+    as_alice: Api, alice: User, workspace: Path, tmp_path: Path
+) -> None:
+    case = Path(__file__).resolve().parents[1] / "fixtures/pi/v1.6/cases/context_edits.jsonl"
+    with case.open("rb") as source:
+        session = pi_import(source=source, owner=alice, cwd=str(workspace)).session
+    converse(as_alice, session, "run printf 'a\\nb\\n' > f.txt; cat f.txt")
+    converse(as_alice, session, "edit f.txt: b => c")
+    session.refresh_from_db()
+    path = tmp_path / "continued.jsonl"
+    path.write_text("".join(pi_export_lines(session)), encoding="utf-8")
+    pi = pi16_opens(path)
+    entries = store.entries_of(session.id)
+    assert pi["leafId"] == session.leaf_entry_id
+    contexts = {r.get("leafId"): r["context"] for r in pi["contexts"]}
+    for entry in entries:
+        ours = json.loads(json.dumps(build_session_context(entries, entry.id).to_pi()))
+        theirs = contexts[entry.id]
+
+        # Pi's context is Strand's, plus the system messages that carry Strand's prompt and
+        # tools (the file's own system messages are in both).
+        def plain(context: dict[str, Any]) -> dict[str, Any]:
+            return {
+                **context,
+                "messages": [m for m in context["messages"] if m["role"] != "system"],
+            }
+
+        assert plain(theirs) == plain(ours), entry.id
+        systems = [m for m in theirs["messages"] if m["role"] == "system"]
+        assert all(m in systems for m in ours["messages"] if m["role"] == "system"), entry.id
+    results = [m for m in contexts[session.leaf_entry_id]["messages"] if m["role"] == "toolResult"]
+    bash, edit = results[-2:]
+    assert bash["toolName"] == "bash" and bash["content"][0]["text"] == "a\nb\n"
+    assert edit["toolName"] == "edit" and edit["details"]["diff"] == " 1 a\n-2 b\n+2 c"
+    assert "@@ -1,2 +1,2 @@" in edit["details"]["patch"]
