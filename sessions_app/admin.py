@@ -12,8 +12,9 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from sessions_app import workspaces
-from sessions_app.models import ApiToken, Entry, Event, Session, SessionDeletion
+from sessions_app.models import ApiToken, Entry, Event, Session, SessionDeletion, ShareLink
 from sessions_app.presets import preset_name_of
+from sessions_app.services import shares
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -124,6 +125,58 @@ class ApiTokenAdmin(ReadOnlyAdmin):
     search_fields = ("name", "user__username", "prefix")
     list_select_related = ("user",)
     exclude = ("digest",)
+
+
+class LiveShareFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("live", "live"), ("ended", "revoked or expired"), ("all", "all")]
+
+    def value(self) -> Any:
+        # Live links unless another state is asked for: what staff look for here.
+        return super().value() or "live"
+
+    def choices(self, changelist: Any) -> Any:
+        for choice in super().choices(changelist):
+            if choice.get("display") != "All":  # "all" is one of the lookups
+                yield choice
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        live = shares.live_shares().values("pk")
+        if self.value() == "live":
+            return queryset.filter(pk__in=live)
+        if self.value() == "ended":
+            return queryset.exclude(pk__in=live)
+        return queryset
+
+
+@admin.register(ShareLink)
+class ShareLinkAdmin(ReadOnlyAdmin):
+    """Share links, live ones first (`?state=live`); staff revoke any of them with the
+    action, which closes its guests' open views at once. Owners make and revoke their own
+    through the app; the token is never stored (only its digest, not shown)."""
+
+    list_display = (
+        "session",
+        "created_by",
+        "branch",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "view_count",
+    )
+    list_filter = (LiveShareFilter, "created_at")
+    search_fields = ("session__id", "session__title", "created_by__username")
+    list_select_related = ("session", "created_by")
+    exclude = ("digest",)
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected links")
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        count = shares.shares_revoke_rows(queryset)
+        self.message_user(request, f"Revoked {count} link(s); their open views were closed.")
 
 
 # The request audit (the audit desk) registers itself.

@@ -38,7 +38,9 @@ SCOPE_NAMES: Mapping[str, str] = {
     "approval": "approval decisions",
     "cancel": "cancels",
     "delete": "deletions",
-    "revoke": "token revocations",
+    "revoke": "revocations",
+    "share": "new share links",
+    "share-view": "views of this shared session",
 }
 
 

@@ -289,3 +289,59 @@ class WorkspaceBlob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner_id}:{self.sha256[:12]} ({self.size} bytes)"
+
+
+class ShareLink(models.Model):
+    """A read-only link to a session, or to one branch of it, for someone without an account
+    (`sessions_app.services.shares`). Only a digest of its token is kept, as for `ApiToken`:
+    the URL that carries the token is shown once, when the link is made."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="share_links")
+    # A leaf entry: the guest sees the path from the root to it and nothing off it. Empty:
+    # the whole session, following its current leaf.
+    branch = models.CharField(max_length=64, blank=True, default="")
+    # sha256 of the token, hex. Tokens are 256 random bits, so a fast hash is enough.
+    digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    # What the guest sees as "[redacted: …]" instead of the text.
+    redact_tool_outputs = models.BooleanField(default=False)
+    redact_file_contents = models.BooleanField(default=False)
+    redact_system_prompt = models.BooleanField(default=False)
+    # The owner's regular expressions (RE2 syntax), checked and bounded when the link is made.
+    redact_patterns = models.JSONField(default=list, blank=True)
+    view_count = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["session", "created_at"], name="sharelink_session")]
+
+    def __str__(self) -> str:
+        return f"share of {self.session_id} #{self.pk}"
+
+
+class KeyRateCounter(models.Model):
+    """Fixed-window rate limit counters for callers without an account (a share link, a
+    client address), as `RateCounter` is for users (`services.ratelimit`). Only the current
+    window's rows are kept: the first hit of a new window deletes every older row."""
+
+    key = models.CharField(max_length=100)
+    scope = models.CharField(max_length=32)
+    window_start = models.DateTimeField()
+    count = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "scope", "window_start"], name="keyratecounter_key_scope_window"
+            ),
+        ]
+        # Past windows are deleted by scope and age, whatever their key.
+        indexes = [models.Index(fields=["scope", "window_start"], name="keyratecounter_age")]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.scope} @ {self.window_start}: {self.count}"

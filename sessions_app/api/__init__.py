@@ -5,7 +5,8 @@ refusal's code mapped to a status); `auth` — personal tokens and the browser's
 the routers, by area: `accounts` (/me, tokens), `sessions` (the list, one session, a Pi
 import, forks), `entries` (events, entries, the tree, the leaf, navigation), `views`
 (context, chat, trace, a model request), `agent` (messages, cancel, retry, approvals,
-compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry). The API's own description (accounts,
+compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry), `shares`
+(a session's share links). The API's own description (accounts,
 errors, limits) is `base`'s docstring.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from ninja import Router
 
-from sessions_app.api import accounts, agent, entries, exports, files, sessions, views
+from sessions_app.api import accounts, agent, entries, exports, files, sessions, shares, views
 from sessions_app.api.base import api
 
 __all__ = ["api"]
@@ -31,6 +32,7 @@ for _router in (
     agent.router,
     exports.router,
     files.router,
+    shares.router,
 ):
     api.add_router("", _router)
 

@@ -28,7 +28,9 @@ sending a message, steering or following up [message], importing [import], appen
 list by `q` [search] and making tokens [token]; and the small writes, each an event every
 viewer is sent or a row: renaming [rename], moving the leaf (PUT …/leaf, navigating without
 a summary) [navigate], deciding approvals [approval], cancelling [cancel], deleting sessions
-[delete] and revoking tokens [revoke]. The hit is counted before any work, so a refused
+[delete], making share links [share] and revoking tokens and share links [revoke]. A share
+link's guest page (`/s/<token>/`, no account) is limited per link and per client address
+[share-view]. The hit is counted before any work, so a refused
 request (429) changes nothing.
 """
 

@@ -154,6 +154,49 @@ class TokenCreatedOut(TokenOut):
     token: str = Field(..., description="The token itself. It is shown this once only.")
 
 
+# --- share links -------------------------------------------------------------------------
+
+
+class ShareIn(Schema):
+    branch: str | None = Field(
+        None,
+        max_length=ENTRY_ID_MAX,
+        description="An entry: the guest sees the path to it and nothing off it",
+    )
+    expires_in_s: int = Field(
+        7 * 86400,
+        ge=60,
+        le=365 * 86400,
+        description="Seconds until the link expires",
+    )
+    redact_tool_outputs: bool = False
+    redact_file_contents: bool = False
+    redact_system_prompt: bool = False
+    redact_patterns: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="RE2 regular expressions; matching text shows as [redacted]",
+    )
+
+
+class ShareOut(Schema):
+    id: int
+    branch: str
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+    redact_tool_outputs: bool
+    redact_file_contents: bool
+    redact_system_prompt: bool
+    redact_patterns: list[str]
+    view_count: int
+
+
+class ShareCreatedOut(ShareOut):
+    token: str = Field(..., description="The link's token. It is shown this once only.")
+    url: str = Field(..., description="The guest page: /s/<token>/")
+
+
 # --- sessions ------------------------------------------------------------------------------
 
 

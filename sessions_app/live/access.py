@@ -32,7 +32,10 @@ leaves its socket open until the next one, rather than dropping every viewer of 
 process at once.
 
 Personal API tokens do not open websockets (only the cookie session does), so revoking a
-token has no socket to close.
+token has no socket to close. A share link's guest socket (`consumers.GuestConsumer`) is
+watched by its link instead: revoking or deleting the link (the share table's trigger,
+migration 0016) sends `'share:<id>'`, and the link's sockets re-check and close with
+`CLOSE_NOT_VISIBLE`; an expired link's sockets close at their next periodic check.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ class _Watched:
     user_id: str
     key_digest: str
     recheck: Recheck
+    share_id: str = ""  # a guest's socket: the link that opened it
 
 
 @dataclass
@@ -138,19 +142,28 @@ class _Registry:
     watched: dict[str, _Watched] = field(default_factory=dict)  # channel name → socket
     by_user: dict[str, set[str]] = field(default_factory=dict)
     by_key: dict[str, set[str]] = field(default_factory=dict)
+    by_share: dict[str, set[str]] = field(default_factory=dict)
     sweeper: asyncio.Task[None] | None = None
 
     def add(self, channel_name: str, watched: _Watched) -> None:
         self.remove(channel_name)
         self.watched[channel_name] = watched
-        self.by_user.setdefault(watched.user_id, set()).add(channel_name)
-        self.by_key.setdefault(watched.key_digest, set()).add(channel_name)
+        for index, key in self._keys(watched):
+            if key:  # a guest's socket has no user nor sign-in, a user's no link
+                index.setdefault(key, set()).add(channel_name)
+
+    def _keys(self, watched: _Watched) -> tuple[tuple[dict[str, set[str]], str], ...]:
+        return (
+            (self.by_user, watched.user_id),
+            (self.by_key, watched.key_digest),
+            (self.by_share, watched.share_id),
+        )
 
     def remove(self, channel_name: str) -> None:
         watched = self.watched.pop(channel_name, None)
         if watched is None:
             return
-        for index, key in ((self.by_user, watched.user_id), (self.by_key, watched.key_digest)):
+        for index, key in self._keys(watched):
             channels = index.get(key)
             if channels is not None:
                 channels.discard(channel_name)
@@ -174,6 +187,13 @@ def watch(channel_name: str, user: Any, session_key: str | None, recheck: Rechec
     _start_sweeper()
 
 
+def watch_share(channel_name: str, share_id: int, recheck: Recheck) -> None:
+    """Re-check the guest socket `channel_name` whenever its share link changes (revoked,
+    deleted), and periodically (an expiry sends no notification)."""
+    _registry.add(channel_name, _Watched("", "", recheck, share_id=str(share_id)))
+    _start_sweeper()
+
+
 def unwatch(channel_name: str) -> None:
     _registry.remove(channel_name)
 
@@ -190,6 +210,8 @@ def _matching(payload: str) -> Iterable[str]:
         return list(_registry.by_user.get(value, ()))
     if kind == "session":
         return list(_registry.by_key.get(value, ()))
+    if kind == "share":
+        return list(_registry.by_share.get(value, ()))
     return ()
 
 

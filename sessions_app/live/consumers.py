@@ -35,12 +35,14 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.serializers.json import DjangoJSONEncoder
 
+from projections.records import EventRecord
 from sessions_app import selectors
 from sessions_app.live import access as live_access
 from sessions_app.live import admission as live_admission
 from sessions_app.live import db as live_db
 from sessions_app.live import listener as live
 from sessions_app.live_protocol import delta_message, event_message, group_name
+from sessions_app.services import shares
 
 PAGE = 500
 CLOSE_REFUSED = live_access.CLOSE_NOT_VISIBLE
@@ -61,21 +63,17 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     revoked: int | None = None  # the close code, once access was withdrawn
 
     async def connect(self) -> None:
-        self.requested = str(self.scope["url_route"]["kwargs"]["session_id"])
+        self.requested = self._requested()
         # The listener may hand events straight to this socket (see `deliver`) and re-check
         # its access (see `recheck_access`) while its own handlers run: the cursor is only
         # read and moved, and access only decided, under this lock.
         self.sending = asyncio.Lock()
         # Watched, with the listener listening, before the check: an account change committed
         # after the check reaches this socket.
-        live_access.watch(
-            self.channel_name, self.scope.get("user"), self._session_key(), self.recheck_access
-        )
+        self._watch()
         await live.wait_listening()
         async with self.sending:
-            session_id = await live_db.run(
-                selectors.visible_session_id, self.scope.get("user"), self.requested
-            )
+            session_id = await self._visible_session_id()
             if session_id is None or self.revoked is not None:
                 live_access.unwatch(self.channel_name)
                 if self.revoked is None:
@@ -94,6 +92,27 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 await self.send_json({"type": "ready", "last_seq": self.cursor})
         live_admission.ready(self.scope)
 
+    def _requested(self) -> str:
+        return str(self.scope["url_route"]["kwargs"]["session_id"])
+
+    def _watch(self) -> None:
+        live_access.watch(
+            self.channel_name, self.scope.get("user"), self._session_key(), self.recheck_access
+        )
+
+    async def _visible_session_id(self) -> str | None:
+        return await live_db.run(
+            selectors.visible_session_id, self.scope.get("user"), self.requested
+        )
+
+    async def _close_code(self) -> int | None:
+        return await live_db.run(
+            live_access.socket_close_code,
+            self._session_key(),
+            getattr(self.scope.get("user"), "pk", None),
+            self.session_id or self.requested,
+        )
+
     def _session_key(self) -> str | None:
         return getattr(self.scope.get("session"), "session_key", None)
 
@@ -103,12 +122,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         async with self.sending:
             if self.revoked is not None:
                 return
-            check = live_db.run(
-                live_access.socket_close_code,
-                self._session_key(),
-                getattr(self.scope.get("user"), "pk", None),
-                self.session_id or self.requested,
-            )
+            check = self._close_code()
             # A check that fails (the database busy or away) leaves the socket open until the
             # next one: closing every socket of a busy process would bring them all back at once.
             code = await asyncio.wait_for(check, live_access.CHECK_TIMEOUT_S)
@@ -153,7 +167,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 continue
             if seq != self.cursor + 1:
                 break  # a gap: the log fills it below
-            await self.send(text_data=frame)
+            await self.send(text_data=self._delivered_frame(frame))
             self.cursor = seq
         last_seq = message.get("last_seq")
         if not isinstance(last_seq, int) or last_seq > self.cursor:
@@ -173,10 +187,16 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         while self.revoked is None:
             page = await live_db.run(selectors.events_after, self.session_id, self.cursor, PAGE)
             for event in page:
-                await self.send_json(event_message(event))
+                await self.send_json(self._event_frame(event))
                 self.cursor = event.seq
             if len(page) < PAGE:
                 return
+
+    def _delivered_frame(self, frame: str) -> str:
+        return frame
+
+    def _event_frame(self, event: EventRecord) -> dict[str, Any]:
+        return event_message(event)
 
     async def dispatch(self, message: Any) -> None:
         # channels first closes stale Django connections on Django's one thread-sensitive
@@ -199,3 +219,55 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     @classmethod
     async def encode_json(cls, content: Any) -> str:
         return json.dumps(content, cls=DjangoJSONEncoder, ensure_ascii=False)
+
+
+# Of an event, what a guest's page needs to refresh its views: nothing of its data.
+GUEST_FRAME_KEYS = ("type", "seq", "event", "turn", "step")
+
+
+class GuestConsumer(SessionConsumer):
+    """The live feed of a share link's guest: `ws/sessions/shared/<token>/`.
+
+    The link's token is the credential (no sign-in); it opens the socket only while the link
+    is live, and the socket is watched by its link (`live_access.watch_share`): revoking the
+    link closes it with 4403 at once. Frames carry no event data, only what tells the page
+    to refresh its views from the guest's page, which redacts them on the server; deltas
+    (the text of a step in flight, not redacted) are not sent. The feed is one-way, as for
+    owners: nothing a guest sends acts.
+    """
+
+    share_id: int | None = None
+
+    def _requested(self) -> str:
+        return str(self.scope["url_route"]["kwargs"]["token"])
+
+    def _watch(self) -> None:
+        return  # watched by its link, once the token has named one
+
+    async def _visible_session_id(self) -> str | None:
+        found = await live_db.run(shares.share_live, self.requested)
+        if found is None:
+            return None
+        self.share_id = found.share_id
+        live_access.watch_share(self.channel_name, found.share_id, self.recheck_access)
+        # Watched, then checked again: a revocation committed in between closes it too.
+        if not await live_db.run(shares.share_is_live, found.share_id):
+            return None
+        return found.session_id
+
+    async def _close_code(self) -> int | None:
+        if self.share_id is None:
+            return live_access.CLOSE_NOT_VISIBLE
+        live_now = await live_db.run(shares.share_is_live, self.share_id)
+        return None if live_now else live_access.CLOSE_NOT_VISIBLE
+
+    def _delivered_frame(self, frame: str) -> str:
+        message = json.loads(frame)
+        return json.dumps({key: message.get(key) for key in GUEST_FRAME_KEYS})
+
+    def _event_frame(self, event: EventRecord) -> dict[str, Any]:
+        message = event_message(event)
+        return {key: message.get(key) for key in GUEST_FRAME_KEYS}
+
+    async def session_delta(self, message: Mapping[str, Any]) -> None:
+        return

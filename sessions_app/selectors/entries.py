@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models.expressions import RawSQL
 
 from projections.records import EntryRecord
-from sessions_app import store
+from sessions_app import redaction, store
 from sessions_app.models import Entry, Session
 
 ENTRY_PAGE = 5000  # entries read at a time when all of them are streamed
@@ -72,7 +72,8 @@ def entry_page(
             break
         start, span = stop, span * 2
     entries = tuple(
-        EntryRecord(i, p, t, ts, store.decode_json(d), s) for i, p, t, ts, d, s in rows[:limit]
+        EntryRecord(i, p, t, ts, redaction.entry_data(store.decode_json(d)), s)
+        for i, p, t, ts, d, s in rows[:limit]
     )
     return EntryPage(entries=entries, more=len(rows) > limit)
 
@@ -111,7 +112,10 @@ def _entry_page_within(session: Session, after_seq: int, limit: int, max_bytes: 
         .order_by("seq")
         .values_list("entry_id", "parent_id", "type", "timestamp", "data", "seq")
     )
-    entries = tuple(EntryRecord(i, p, t, ts, store.decode_json(d), s) for i, p, t, ts, d, s in rows)
+    entries = tuple(
+        EntryRecord(i, p, t, ts, redaction.entry_data(store.decode_json(d)), s)
+        for i, p, t, ts, d, s in rows
+    )
     return EntryPage(entries=entries, more=more)
 
 

@@ -11,7 +11,7 @@ from django.db import connection
 
 from projections.records import EventRecord
 from sessions_app import events as vocab
-from sessions_app import store
+from sessions_app import redaction, store
 
 LOG_PAGE = 5000  # events read at a time when the whole log is streamed
 
@@ -74,5 +74,6 @@ def records(rows: Iterable[tuple[Any, ...]]) -> list[EventRecord]:
     for seq, type_, version, time, data, entry_id, turn, step, ignorable in rows:
         loaded = vocab.load_event(type_, version, store.decode_json(data), ignorable=ignorable)
         if loaded is not None:
+            loaded = redaction.event_data(type_, loaded)
             out.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
     return out

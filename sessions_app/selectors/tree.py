@@ -27,7 +27,7 @@ from django.db import connection
 
 from projections.records import EntryRecord
 from projections.tree import TreeRow, TreeView, project_tree, tree_entry
-from sessions_app import store
+from sessions_app import redaction, store
 from sessions_app.models import Entry, Session
 from sessions_app.selectors.ceilings import ReadTooLarge
 
@@ -123,7 +123,8 @@ def _whole(session: Session, as_of: int, leaf: str | None) -> TreeView:
         .iterator(chunk_size=TREE_READ_CHUNK)
     )
     entries = [
-        tree_entry(EntryRecord(i, p, t, ts, store.decode_json(d), s)) for i, p, t, ts, d, s in rows
+        tree_entry(EntryRecord(i, p, t, ts, redaction.entry_data(store.decode_json(d)), s))
+        for i, p, t, ts, d, s in rows
     ]
     return project_tree(entries, leaf)
 

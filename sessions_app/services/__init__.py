@@ -275,6 +275,8 @@ def session_delete(*, session: Session, by: User) -> None:
             "FROM sessions_app_session s WHERE s.id = %s AND u.owner_id = s.owner_id",
             [sid],
         )
+        # Its share links go with it (their open guest sockets close: migration 0016).
+        cur.execute("DELETE FROM sessions_app_sharelink WHERE session_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_entry WHERE session_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_event WHERE session_id = %s", [sid])
         cur.execute("UPDATE sessions_app_session SET parent_id = NULL WHERE parent_id = %s", [sid])

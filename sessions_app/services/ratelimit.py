@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from sessions_app.limits import RateLimited
-from sessions_app.models import RateCounter
+from sessions_app.models import KeyRateCounter, RateCounter
 
 # scope → (requests allowed per window, window length in seconds)
 DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
@@ -71,8 +71,12 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     "cancel": (60, 60),
     # Deleting a session: its whole history goes, in one audited transaction.
     "delete": (60, 600),
-    # Revoking API tokens.
+    # Revoking API tokens and share links.
     "revoke": (60, 3600),
+    # Making share links.
+    "share": (30, 3600),
+    # A share link's guest pages, counted per link and per client address (`rate_hit_key`).
+    "share-view": (120, 60),
 }
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -90,28 +94,41 @@ def rate_hit(user: Any, scope: str, *, now: datetime | None = None) -> int:
     Returns the count in the current window. Refused requests count too, so that a client
     hammering the API does not get through at the window's edge more than the limit allows.
     """
+    return _hit(RateCounter, "user_id", user.pk, scope, now)
+
+
+def rate_hit_key(key: str, scope: str, *, now: datetime | None = None) -> int:
+    """`rate_hit` for a caller without an account, counted by `key` (at most 100
+    characters: a share link's id, a digest of a client address)."""
+    return _hit(KeyRateCounter, "key", key[:100], scope, now)
+
+
+def _hit(model: Any, column: str, key: Any, scope: str, now: datetime | None) -> int:
     limit, window = limit_for(scope)
     if limit <= 0:
         return 0
     now = now or timezone.now()
     elapsed = (now - _EPOCH).total_seconds()
     start = _EPOCH + timedelta(seconds=(elapsed // window) * window)
+    table = model._meta.db_table
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(
-            f"INSERT INTO {RateCounter._meta.db_table} (user_id, scope, window_start, count) "
+            f"INSERT INTO {table} ({column}, scope, window_start, count) "
             "VALUES (%s, %s, %s, 1) "
-            "ON CONFLICT (user_id, scope, window_start) "
-            "DO UPDATE SET count = EXCLUDED.count + "
-            f"{RateCounter._meta.db_table}.count RETURNING count, (xmax = 0)",
-            [user.pk, scope, start],
+            f"ON CONFLICT ({column}, scope, window_start) "
+            f"DO UPDATE SET count = EXCLUDED.count + {table}.count RETURNING count, (xmax = 0)",
+            [key, scope, start],
         )
         row = cur.fetchone()
         assert row is not None
         count, inserted = int(row[0]), bool(row[1])
-        if inserted:  # a new window: forget the user's older ones
-            RateCounter.objects.filter(
-                user_id=user.pk, scope=scope, window_start__lt=start
-            ).delete()
+        if inserted:  # a new window: forget older ones
+            # A user's own (one row per user and scope stays); for keys, every key's: a
+            # client address may never come back, and the table keeps one window's rows.
+            older = {"scope": scope, "window_start__lt": start}
+            if model is RateCounter:
+                older[column] = key
+            model.objects.filter(**older).delete()
     if count > limit:
         retry = math.ceil((start + timedelta(seconds=window) - now).total_seconds())
         raise RateLimited(scope, limit, window, max(retry, 1))

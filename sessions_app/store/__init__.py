@@ -42,6 +42,7 @@ from django.db import DatabaseError, connection, transaction
 from projections.nesting import nested_past
 from projections.records import EntryRecord, EventRecord
 from sessions_app import events as vocab
+from sessions_app import redaction
 from sessions_app.errors import DomainError
 
 NOTIFY_CHANNEL = "strand_events"
@@ -544,6 +545,7 @@ def _event_records(rows: Iterable[tuple]) -> list[EventRecord]:
         loaded = vocab.load_event(type_, version, decode_json(data), ignorable=ignorable)
         if loaded is None:
             continue
+        loaded = redaction.event_data(type_, loaded)
         records.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
     return records
 
@@ -639,7 +641,8 @@ def depth_of(session_id: uuid.UUID | str, entry_id: str) -> int | None:
 
 def _entry_record(row: tuple) -> EntryRecord:
     entry_id, parent_id, type_, timestamp, data, seq = row
-    return EntryRecord(entry_id, parent_id, type_, timestamp, decode_json(data), seq)
+    data = redaction.entry_data(decode_json(data))
+    return EntryRecord(entry_id, parent_id, type_, timestamp, data, seq)
 
 
 def decode_json(value: Any) -> Any:

@@ -253,9 +253,20 @@ def _querystring(context: template.Context, changes: dict[str, Any]) -> str:
     return str(found)
 
 
+@register.simple_tag(takes_context=True)
+def page_path(context: template.Context) -> str:
+    """The session page's path, without a query: the owner's page, or the guest page of a
+    share link (whose view sets `page_path`)."""
+    return _session_url(context)
+
+
 def _session_url(context: template.Context) -> str:
     """The session page's path, reversed once a render: the trace repeats `page_url` on
-    every span, and reversing a URL costs more than the rest of the tag."""
+    every span, and reversing a URL costs more than the rest of the tag. A share link's
+    guest page names its own path (`page_path`)."""
+    given = context.get("page_path")
+    if given:
+        return str(given)
     session_id = context["session"].id
     key = f"strand.session_url:{session_id}"
     url = context.render_context.get(key)
@@ -371,7 +382,8 @@ def tree_row(context: template.Context, row: Any) -> SafeString:
     if row.connector:
         last = " last" if row.is_last else ""
         parts.append(f'<span class="conn{last}" aria-hidden="true"></span>')
-    if len(node.children) > 1:
+    # A guest of one branch is not told where other branches leave it.
+    if len(node.children) > 1 and not context.get("guest_branch"):
         parts.append(
             '<button type="button" class="fold js-only" aria-expanded="true" '
             f'title="Fold the {_e(node.descendants)} entries below" data-fold>▾</button>'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_app.web import replay_views, views
+from sessions_app.web import replay_views, share_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -32,6 +32,14 @@ urlpatterns = [
         name="session-replay-group",
     ),
     path("sessions/<uuid:session_id>/fork", views.session_fork, name="session-fork"),
+    path("sessions/<uuid:session_id>/shares", share_views.session_shares, name="session-shares"),
+    path(
+        "sessions/<uuid:session_id>/shares/<int:share_id>/revoke",
+        share_views.session_share_revoke,
+        name="session-share-revoke",
+    ),
+    # A share link's guest page (the token is the credential; `share_views`).
+    path("s/<str:token>/", share_views.shared_session, name="shared-session"),
     path("sessions/<uuid:session_id>/messages", views.session_send, name="session-send"),
     path("sessions/<uuid:session_id>/resend", views.session_resend, name="session-resend"),
     path("sessions/<uuid:session_id>/cancel", views.session_cancel, name="session-cancel"),

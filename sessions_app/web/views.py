@@ -162,20 +162,40 @@ def _title_from_filename(name: str) -> str:
 @require_GET
 def session_page(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id)
-    query = PageQuery.parse(request.GET)
+    return page_response(request, session, PageQuery.parse(request.GET))
+
+
+# A page's parts before rendering: the guest page of a share link
+# (`sessions_app.web.share_views`) leaves out of them what its guest may not see.
+Adjust = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def page_response(
+    request: HttpRequest,
+    session: Session,
+    query: PageQuery,
+    *,
+    base: dict[str, Any] | None = None,
+    adjust: Adjust | None = None,
+) -> HttpResponse:
+    """The session page, or the part of it an htmx request asks for. `base` replaces what
+    the page knows of its viewer (`_base_context`); `adjust` changes the parts built."""
     fragment = request.GET.get("fragment") if _is_htmx(request) else None
     target = request.headers.get("HX-Target") if _is_htmx(request) else None
+    part: tuple[str | None, Callable[[Session, PageQuery], dict[str, Any]]]
     if fragment == "live":
-        return _render_live(request, session, query)
+        return _render_live(request, session, query, base=base, adjust=adjust)
     if fragment == "trace-older":
-        return _render(request, session, query, "trace-older", trace_older_context)
-    if fragment == "span" or target == "span-detail":
-        return _render(request, session, query, "span-detail", span_context)
-    if target in ("view", "view-body"):
-        return _render(request, session, query, "view", view_context)
-    if target == "tree":
-        return _render(request, session, query, "tree", tree_context)
-    return _render(request, session, query, None, page_context)
+        part = ("trace-older", trace_older_context)
+    elif fragment == "span" or target == "span-detail":
+        part = ("span-detail", span_context)
+    elif target in ("view", "view-body"):
+        part = ("view", view_context)
+    elif target == "tree":
+        part = ("tree", tree_context)
+    else:
+        part = (None, page_context)
+    return _render(request, session, query, *part, base=base, adjust=adjust)
 
 
 def _base_context(request: HttpRequest, session: Session, query: PageQuery) -> dict[str, Any]:
@@ -194,16 +214,30 @@ def _render(
     query: PageQuery,
     partial: str | None,
     build: Callable[[Session, PageQuery], dict[str, Any]],
+    *,
+    base: dict[str, Any] | None = None,
+    adjust: Adjust | None = None,
 ) -> HttpResponse:
-    context = {**_base_context(request, session, query), **build(session, query)}
+    context = {**(base or _base_context(request, session, query)), **build(session, query)}
+    if adjust is not None:
+        context = adjust(context)
     name = f"{TEMPLATE}#{partial}" if partial else TEMPLATE
     return render(request, name, context)
 
 
-def _render_live(request: HttpRequest, session: Session, query: PageQuery) -> HttpResponse:
-    """The view plus out-of-band swaps for the tree, the composer and the header."""
-    session = selectors.session_reloaded(session)
-    response = _render(request, session, query, "live", page_context)
+def _render_live(
+    request: HttpRequest,
+    session: Session,
+    query: PageQuery,
+    *,
+    base: dict[str, Any] | None = None,
+    adjust: Adjust | None = None,
+) -> HttpResponse:
+    """The view plus out-of-band swaps for the tree, the composer and the header. (With
+    `base`, its caller read the session fresh already.)"""
+    if base is None:
+        session = selectors.session_reloaded(session)
+    response = _render(request, session, query, "live", page_context, base=base, adjust=adjust)
     response["HX-Retarget"] = "#view"
     response["HX-Reswap"] = "outerHTML"
     return response

@@ -28,6 +28,8 @@
     inflight: null,    // {turn, step, blocks: [{key, kind, text, name}]}
     committedSteps: {},
     refreshes: 0,
+    staleRefreshes: 0, // refreshes dropped: the user chose a view after they started
+    staleRefreshes: 0, // refreshes dropped because the user chose a view after they started
     deltas: 0,         // streamed pieces drawn (the step in flight)
     toolOutput: {},    // call id -> the output of a running command seen so far (its tail)
     toolOutputPieces: 0,
@@ -99,8 +101,11 @@
     if (EXTENSION_RETRIES.indexOf(code) < 0) scheduleReconnect();
   });
 
+  // A share link's guest (body[data-guest]) has no sign-in nor other sessions to go to.
+  var GUEST_CLOSED = { state: "no-access", text: "This shared link was closed; this page no longer updates.", link: null };
+
   function endLive(code) {
-    var reason = CLOSED_FOR_GOOD[code];
+    var reason = body.dataset.guest && code === 4403 ? GUEST_CLOSED : CLOSED_FOR_GOOD[code];
     live.closedCode = code;
     setConnectionState(reason.state);
     // Without its element the socket is never opened again (see scheduleReconnect).
@@ -113,6 +118,10 @@
     note.className = "flash-msg error";
     note.setAttribute("role", "alert");
     note.textContent = reason.text + " ";
+    if (!reason.link) {
+      flash.appendChild(note);
+      return;
+    }
     var link = document.createElement("a");
     link.href = code === 4401
       ? "/accounts/login/?next=" + encodeURIComponent(window.location.pathname + window.location.search)
@@ -189,6 +198,12 @@
   var refreshTimer = null;
   var refreshing = false;
   var refreshAgain = false;
+  // A refresh asks for the views as they were when it started. The user's own requests into
+  // #view (a view tab, a key, a tree click, a form) are choices: a refresh that started before
+  // the newest choice, or that answers while one is in flight, never swaps over what the user
+  // chose; it is dropped and asked again for the view now shown.
+  var choices = 0;           // user requests into #view issued so far
+  var choicesInFlight = 0;   // ... and not answered yet
 
   function scheduleRefresh() {
     if (refreshTimer) return;
@@ -208,21 +223,91 @@
   function refresh() {
     var view = document.getElementById("view");
     if (!view || !window.htmx) return;
-    if (refreshing || busyEditing()) {
+    if (refreshing || busyEditing() || choicesInFlight > 0) {
       refreshAgain = true;
-      if (!refreshing) window.setTimeout(refresh, 800);
+      // After a choice, its answer asks again (below); otherwise try again in a while.
+      if (!refreshing && choicesInFlight === 0) window.setTimeout(refresh, 800);
       return;
     }
     refreshing = true;
     refreshAgain = false;
-    htmx.ajax("GET", view.dataset.liveUrl, { target: "#view", swap: "outerHTML" }).then(function () {
+    var url = view.dataset.liveUrl;
+    var choice = choices;
+    // fetch and htmx.swap rather than htmx.ajax: htmx sends a response's events to the element
+    // it replaces, which a view switch may already have taken out of the page, so the answer
+    // is judged here, where it is known what the user chose since.
+    window.fetch(url, {
+      credentials: "same-origin",
+      headers: { "HX-Request": "true", "HX-Current-URL": window.location.href },
+    }).then(function (response) {
+      if (!response.ok) throw new Error("refresh answered " + response.status);
+      return response.text();
+    }).then(function (html) {
+      var now = document.getElementById("view");
+      if (choice !== choices || choicesInFlight > 0 || !now || now.dataset.liveUrl !== url) {
+        live.staleRefreshes += 1;
+        refreshAgain = true;
+        return;
+      }
+      stickToBottom = nearBottom();
+      htmx.swap(now, html, { swapStyle: "outerHTML" });
       live.refreshes += 1;
+    }).catch(function () {
+      // The next event asks again.
+    }).then(function () {
       refreshing = false;
       if (refreshAgain) scheduleRefresh();
-    }, function () {
-      refreshing = false;
     });
   }
+
+  body.addEventListener("htmx:beforeRequest", function (evt) {
+    var target = evt.detail.target;
+    if (!target || !(target.id === "view" || (target.querySelector && target.querySelector("#view")))) {
+      return;
+    }
+    choices += 1;
+    choicesInFlight += 1;
+    evt.detail.xhr.addEventListener("loadend", function () {
+      choicesInFlight -= 1;
+      if (choicesInFlight === 0 && refreshAgain && !refreshing) scheduleRefresh();
+    });
+  });
+
+  // ---- refusals of htmx requests --------------------------------------------------------
+
+  // A 429 swaps its own message into the flash area (base.html). Any other refusal of an htmx
+  // request (400, 403, 404, 409, 413, a 5xx) is not swapped, so that the page stays as it was
+  // with what the user typed; its message goes to the flash area instead of nowhere.
+  function refusalText(xhr) {
+    var text = xhr.responseText || "";
+    var type = xhr.getResponseHeader("Content-Type") || "";
+    try {
+      if (type.indexOf("json") !== -1) {
+        var data = JSON.parse(text);
+        return String(data.detail || data.message || data.error || "");
+      }
+      var doc = new DOMParser().parseFromString(text, "text/html");
+      var notice = doc.querySelector("[role=alert], .notice.error, .flash-msg");
+      return notice ? notice.textContent.trim() : "";
+    } catch (err) {
+      return "";
+    }
+  }
+
+  body.addEventListener("htmx:responseError", function (evt) {
+    var xhr = evt.detail.xhr;
+    if (!xhr || xhr.status === 429) return;
+    var flash = document.getElementById("flash");
+    if (!flash) return;
+    var message = refusalText(xhr).slice(0, 500) ||
+      (xhr.status >= 500 ? "The server failed to answer this request." : "This request was refused.");
+    var line = document.createElement("p");
+    line.className = "flash-msg error";
+    line.setAttribute("role", "alert");
+    line.dataset.status = String(xhr.status);
+    line.textContent = message + " (" + xhr.status + ")";
+    flash.replaceChildren(line);
+  });
 
   // ---- a running command's output ------------------------------------------------------
 

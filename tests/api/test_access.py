@@ -81,6 +81,9 @@ SESSION_ENDPOINTS = [
     Endpoint("GET", "/sessions/{sid}/files?entry={entry}"),
     # A path the workspace does not hold: the owner and staff are told so.
     Endpoint("GET", "/sessions/{sid}/files/no/such.txt", owner=404),
+    # Share links: the owner's alone (staff revoke them in the admin).
+    Endpoint("GET", "/sessions/{sid}/shares", None, True, 200),
+    Endpoint("POST", "/sessions/{sid}/shares", {}, True, 201),
     Endpoint(
         "POST", "/sessions/{sid}/approvals/{approval}", {"outcome": "allowed"}, True, 204, True
     ),
@@ -126,7 +129,12 @@ def test_every_api_path_is_in_the_matrix() -> None:
         .replace("{last_request}", "{seq}")
         .replace("/files/no/such.txt", "/files/{file_path}")
         for e in SESSION_ENDPOINTS + ACCOUNT_ENDPOINTS
-    } | {"post /tokens", "delete /tokens/{token_id}"}
+    } | {
+        "post /tokens",
+        "delete /tokens/{token_id}",
+        # tests/api/test_shares.py: the owner's alone
+        "delete /sessions/{session_id}/shares/{share_id}",
+    }
     assert {d.lower() for d in documented} == covered
 
 

@@ -64,3 +64,18 @@ def test_sign_in_pauses_after_repeated_failures(
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     expect(page.locator("h1")).to_have_text("Sign-in paused")
+
+
+def test_a_message_refused_as_bad_input_keeps_the_typed_text_and_says_why(
+    page: Page, server: Server, user: User
+) -> None:
+    sign_in(page, server, user)
+    new_session(page, "Bad input")
+    typed = "a NUL \x00 in the middle"
+    page.fill("textarea[data-composer]", typed)
+    page.click("#composer-state button.primary")
+    flash = page.locator("#flash .flash-msg.error")
+    expect(flash).to_contain_text("NUL")
+    expect(flash).to_have_attribute("data-status", "400")
+    expect(page.locator("textarea[data-composer]")).to_have_value(typed)
+    expect(page.locator("#chat .msg.user")).to_have_count(0)

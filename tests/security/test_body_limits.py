@@ -190,6 +190,20 @@ def test_bodies_within_their_limits_still_arrive(server: Any, alice: Any) -> Non
     assert signed_in.status_code == 302
 
 
+def test_status_lines_name_the_statuses_strand_answers_with(server: Any, alice: Any) -> None:
+    """Twisted has no phrase for 422 or 429: daphne's status line said `Unknown Status`."""
+    session = services.session_create(owner=alice, title="reasons")
+    refused = requests.post(
+        url(server, f"/api/sessions/{session.id}/events"),
+        json={"expected_seq": "not a number", "events": []},
+        headers=bearer(alice),
+        timeout=30,
+    )
+    assert refused.status_code == 422
+    assert refused.reason == "Unprocessable Entity"
+    assert "Unknown" not in requests.get(url(server, "/api/me"), timeout=30).reason  # 401
+
+
 # --- the ASGI middleware alone: the door for servers that stream bodies (uvicorn) -----------------
 
 
