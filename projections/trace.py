@@ -677,8 +677,21 @@ def _tool_span(tool: _Tool, step: _Step, turn: _Turn) -> TraceSpan:
             ("error_code", error_code),
             ("text", content_text(result.get("content")) if tool.result else None),
             ("run_ms", _run_ms(tool)),
+            *_sandbox_pairs(result.get("details")),
         ),
         children=tuple(_approval_span(a, tool, turn, step) for a in tool.approvals),
+    )
+
+
+def _sandbox_pairs(details: Any) -> Pairs:
+    """A command's run in its sandbox (Pi's `bash` here): its exit, how it stopped, and the
+    limits it ran under (wall, CPU, memory, processes, file size, output caps)."""
+    if not isinstance(details, Mapping) or not isinstance(details.get("limits"), Mapping):
+        return ()
+    keys = ("exit_code", "signal", "stopped", "wall_time_seconds", "output_bytes", "dropped_bytes")
+    return (
+        *((key, details.get(key)) for key in keys),
+        *((f"limit {key}", value) for key, value in details["limits"].items()),
     )
 
 

@@ -6,12 +6,20 @@ rejection or a timed-out approval decide a result without running), then the run
 run together and their results are written in model order. Every call gets a `tool/call`
 and a `tool/result`, whatever happens, so the model history never holds a call without its
 result; calls past the cap on one reply's tool calls are answered without being run.
+
+While a command runs, its output goes to live viewers as deltas of kind `tool_output`
+(block: the call id), like a reply's text: never stored (the result is the fact), and
+bounded: pieces go out at most every `OUTPUT_DELTA_INTERVAL_S`, each at most
+`OUTPUT_DELTA_MAX_CHARS`, and at most `OUTPUT_LIVE_MAX_CHARS` of one command in all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import contextlib
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +30,7 @@ from runtime.log_cache import LogCache
 from runtime.messages import message_entry, tool_result_message
 from runtime.ports import NewFact
 from runtime.providers.base import ToolCallRequest
-from runtime.run import Run
+from runtime.run import Delta, DeltaSink, Run
 from runtime.tools import Toolbox, ToolOutcome, check_arguments
 from runtime.workspace import WorkspaceRecorder
 
@@ -38,6 +46,90 @@ CAPPED_PER_APPEND = 100
 
 # How long an approval wait sleeps between looks at the log when no notification comes.
 APPROVAL_POLL_S = 2.0
+
+# A running command's output to live viewers (see the module doc).
+OUTPUT_DELTA_INTERVAL_S = 0.1
+OUTPUT_DELTA_MAX_CHARS = 8 * 1024
+OUTPUT_LIVE_MAX_CHARS = 256 * 1024
+OUTPUT_LIVE_ENDS = "\n[… the live output stops here; the result keeps its head and tail]\n"
+# The tools whose output streams while they run.
+STREAMING_TOOLS = frozenset({"bash"})
+# How long a cancelled step waits for its running calls to stop by themselves (a command
+# is killed within a tenth of a second and returns the output it wrote) before it gives
+# them up.
+CANCEL_GRACE_S = 2.0
+
+
+class LiveOutput:
+    """One running command's output on its way to the viewers. `write` is called on the
+    tool's thread with each piece read (and `b""` when nothing came for a while); pieces
+    are gathered and handed to `sink` on the agent's loop, at most one every
+    `OUTPUT_DELTA_INTERVAL_S`. Past `OUTPUT_DELTA_MAX_CHARS` waiting, the older part of
+    what waits is left out (a viewer sees the latest output); past `OUTPUT_LIVE_MAX_CHARS`
+    sent, one last note goes out and nothing more."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sink: DeltaSink,
+        session_id: str,
+        turn: int,
+        step: int,
+        call_id: str,
+    ) -> None:
+        self.loop, self.sink = loop, sink
+        self.session_id, self.turn, self.step, self.call_id = session_id, turn, step, call_id
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pending = ""
+        self.sent = 0
+        self.pieces = 0
+        self.last = 0.0
+        self.ended = False
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            if self.ended:
+                return
+            if data:
+                self.pending += self.decoder.decode(data).replace("\x00", "\\0")
+                if len(self.pending) > OUTPUT_DELTA_MAX_CHARS:
+                    self.pending = "[…]\n" + self.pending[-OUTPUT_DELTA_MAX_CHARS:]
+            now = time.monotonic()
+            if self.pending and now - self.last >= OUTPUT_DELTA_INTERVAL_S:
+                self.last = now
+                self._send_locked(threadsafe=True)
+
+    def close(self) -> None:
+        """Send what waits (called on the loop once the tool is done)."""
+        with self.lock:
+            if not self.ended:
+                self.pending += self.decoder.decode(b"", final=True)
+                if self.pending:
+                    self._send_locked(threadsafe=False)
+            self.ended = True
+
+    def closed(self, _: object) -> None:
+        self.close()
+
+    def _send_locked(self, *, threadsafe: bool) -> None:
+        text, self.pending = self.pending, ""
+        room = OUTPUT_LIVE_MAX_CHARS - self.sent
+        if len(text) >= room:
+            text = text[:room] + OUTPUT_LIVE_ENDS
+            self.ended = True
+        self.sent += len(text)
+        self.pieces += 1
+        delta = Delta(self.session_id, self.turn, self.step, "tool_output", self.call_id, text)
+        if not threadsafe:
+            self._hand(delta)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is watching
+            self.loop.call_soon_threadsafe(self._hand, delta)
+
+    def _hand(self, delta: Delta) -> None:
+        with contextlib.suppress(Exception):  # a viewer's trouble must not stop the command
+            self.sink(delta)
 
 
 @dataclass
@@ -61,6 +153,7 @@ class ToolDispatch:
         approval_timeout_s: float | None,
         notice: Callable[..., None],
         files: WorkspaceRecorder,
+        on_delta: DeltaSink | None = None,
     ) -> None:
         self.cache = cache
         self.config = config
@@ -72,6 +165,7 @@ class ToolDispatch:
         self.approval_timed_out = False
         self.notice = notice
         self.files = files
+        self.on_delta = on_delta
 
     async def dispatch(self, turn: int, step: int, calls: list[ToolCallRequest]) -> bool:
         """Run the reply's calls up to the cap on one reply's tool calls; those past it are
@@ -121,11 +215,22 @@ class ToolDispatch:
                 for p in plans
             ]
         )
+        feeds = self._live_outputs(turn, step, plans)
+        stops = {index: threading.Event() for index, p in enumerate(plans) if p.runnable}
         tasks = {
-            index: asyncio.ensure_future(self.toolbox.run(p.call.name, p.call.arguments))
+            index: asyncio.ensure_future(
+                self.toolbox.run(
+                    p.call.name,
+                    p.call.arguments,
+                    feeds[index].write if index in feeds else None,
+                    stops[index],
+                )
+            )
             for index, p in enumerate(plans)
             if p.runnable
         }
+        for index, feed in feeds.items():
+            tasks[index].add_done_callback(feed.closed)
         cancel_wait = asyncio.ensure_future(self.run.cancel_event.wait())
         written = 0
         try:
@@ -153,6 +258,11 @@ class ToolDispatch:
             cancel_wait.cancel()
         if written == len(plans):
             return True
+        for stop in stops.values():
+            stop.set()
+        running = [task for task in tasks.values() if not task.done()]
+        if running:
+            await asyncio.wait(running, timeout=CANCEL_GRACE_S)
         for task in tasks.values():
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
@@ -170,6 +280,17 @@ class ToolDispatch:
             rest.append(_result_fact(plan.call, outcome, turn, step))
         await self.cache.append(rest)
         return False
+
+    def _live_outputs(self, turn: int, step: int, plans: list[_Plan]) -> dict[int, LiveOutput]:
+        """A live feed for each runnable call whose output streams, when anyone listens."""
+        if self.on_delta is None:
+            return {}
+        loop = asyncio.get_running_loop()
+        return {
+            index: LiveOutput(loop, self.on_delta, self.cache.sid, turn, step, p.call.call_id)
+            for index, p in enumerate(plans)
+            if p.runnable and p.call.name in STREAMING_TOOLS
+        }
 
     async def _prepare(self, turn: int, step: int, plan: _Plan) -> None:
         call = plan.call

@@ -168,6 +168,7 @@ class TurnRunner:
             approval_timeout_s=approval_timeout_s,
             notice=self._notice,
             files=self.files,
+            on_delta=on_delta,
         )
         self.turn_start_seq = 0
 

@@ -5,21 +5,24 @@ It reads the request body (Chat Completions shape, as `build_payload` makes it f
 `STRAND_OFFLINE_CHUNK_DELAY_MS` milliseconds (default 15) before each, so that the UI
 visibly streams.
 
-Grammar, read from the last user message (case-insensitive, keywords as whole words):
+Grammar, read from the last user message (case-insensitive, keywords as whole words), and
+the call each phrase makes where the request offers Pi's tools (the default):
 
-    read PATH             read_file   {"path": PATH}
-    list files [in DIR]   list_files  {"path": DIR, default "."}
-    search for TEXT       grep        {"pattern": TEXT}; TEXT is "quoted", 'quoted' or one word
-    search for regex RE   grep        {"pattern": RE, "regex": true}; RE as TEXT (one word
-                          keeps its trailing punctuation)
-    write PATH: TEXT      write_file  {"path": PATH, "content": TEXT}; TEXT runs to the end of
-                          the line, and a literal \\n in it writes a line break
-    run COMMAND           bash        {"command": COMMAND}; COMMAND is the rest of the message
-    edit PATH: OLD => NEW edit        {"path": PATH, "edits": [{"oldText": OLD, "newText": NEW}]};
-                          OLD and NEW as TEXT, on one line
+    read PATH             read   {"path": PATH}
+    list files [in DIR]   ls     {"path": DIR, default "."}
+    search for TEXT       grep   {"pattern": TEXT, "literal": true}; TEXT is "quoted",
+                                 'quoted' or one word
+    search for regex RE   grep   {"pattern": RE}; RE as TEXT (one word keeps its trailing
+                                 punctuation)
+    write PATH: TEXT      write  {"path": PATH, "content": TEXT}; TEXT runs to the end of
+                                 the line, and a literal \\n in it writes a line break
+    run COMMAND           bash   {"command": COMMAND}; COMMAND is the rest of the message
+    edit PATH: OLD => NEW edit   {"path": PATH, "edits": [{"oldText": OLD, "newText": NEW}]};
+                                 OLD and NEW as TEXT, on one line
 
-Where the request offers Pi's tools instead of the older ones, `read`, `list files`,
-`write` and `search for` call `read`, `ls`, `write` and Pi's `grep` (`literal` unless a regex).
+Where the request offers Strand's older tools instead (sessions made with them), `read`,
+`list files`, `write` and `search for` call `read_file`, `list_files`, `write_file` and the
+older `grep` (`{"pattern": TEXT}`, `"regex": true` for a regex).
 
 PATH and DIR are one word; trailing punctuation (.,;!?) is dropped. Several requests in one
 message become parallel tool calls, in the order they appear. How it answers:
@@ -182,9 +185,7 @@ class OfflineProvider:
             async for event in fault_stream(fault[0], stall_s=self.stall_s, pause=self._pause):
                 yield event
             return
-        text, calls = answer(messages)
-        if calls:
-            calls = in_offered_names(calls, _offered(payload))
+        text, calls = answer(messages, _offered(payload))
         written = len(text)
         yield UsageUpdate(input=input_tokens, output=0, cache_read=0, cache_write=0)
         for chunk in _chunks(text):
@@ -233,8 +234,11 @@ def _call_id(messages: Sequence[Any], index: int, call: Request) -> str:
 # --- answers -----------------------------------------------------------------------------
 
 
-def answer(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[Request]]:
-    """What the model says to a request, and the tool calls it makes."""
+def answer(
+    messages: Sequence[Mapping[str, Any]], offered: set[str] | None = None
+) -> tuple[str, list[Request]]:
+    """What the model says to a request, and the tool calls it makes (in the vocabulary of
+    the tools `offered`, when given)."""
     last = messages[-1] if messages else {}
     if last.get("role") == "tool":
         return _report(messages), []
@@ -242,6 +246,8 @@ def answer(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[Request]]:
     if "<conversation>" in text and "</conversation>" in text:
         return summarize(text), []
     requests = parse_requests(text)
+    if requests and offered is not None:
+        requests = in_offered_names(requests, offered)
     if requests:
         names = ", ".join(f"{r.tool}({_brief(r.arguments)})" for r in requests)
         return f"On it: {names}.", requests
@@ -261,8 +267,8 @@ def _text(content: Any) -> str:
 
 
 def _brief(arguments: Mapping[str, Any]) -> str:
-    value = arguments.get("path") or arguments.get("pattern") or ""
-    return str(value)
+    value = arguments.get("path") or arguments.get("pattern") or arguments.get("command") or ""
+    return _clip(str(value), 80)
 
 
 def _report(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -314,9 +320,10 @@ def _prose(messages: Sequence[Mapping[str, Any]], text: str) -> str:
     if summaries:
         parts.append("Part of the earlier conversation reaches me as a summary.")
     parts.append(
-        "I am Strand's offline model: I can read, list, search and write files in the "
-        "working directory. Try “read README.md”, “list files”, “search for TODO” or "
-        "“write notes.txt: hello”."
+        "I am Strand's offline model: I can read, list, search, write and edit files in "
+        "the working directory and run commands there. Try “read README.md”, “list files”, "
+        "“search for TODO”, “write notes.txt: hello”, “edit notes.txt: hello => hi” or "
+        "“run ls -la”."
     )
     return " ".join(parts)
 

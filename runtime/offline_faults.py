@@ -124,7 +124,7 @@ async def fault_stream(name: str, *, stall_s: float, pause: Pause) -> AsyncItera
         await pause()
         yield TextDelta("text", "Reading it now.")
         await pause()
-        yield ToolCallDelta("tool-0", call_id="call_fault", name="read_file", arguments='{"pa')
+        yield ToolCallDelta("tool-0", call_id="call_fault", name="read", arguments='{"pa')
         if name == "bad-args":
             yield ToolCallDelta("tool-0", arguments='th": notes.txt')
             yield UsageUpdate(output=8)

@@ -37,6 +37,7 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -312,9 +313,12 @@ def run(
     *,
     cancel: threading.Event | None = None,
     deadline: float | None = None,
+    on_output: Callable[[bytes], None] | None = None,
 ) -> SandboxRun:
     """Run `command` in the sandbox and wait for it (or for the wall time, `deadline`
-    (`time.monotonic()`) if sooner, or `cancel`)."""
+    (`time.monotonic()`) if sooner, or `cancel`). `on_output` is handed each piece of
+    output as it is read, and `b""` when a tenth of a second passes without any (so that
+    a caller that holds pieces back can let them go)."""
     if "\x00" in command:
         raise ValueError("a command must not contain a NUL character")
     if not available():
@@ -365,12 +369,16 @@ def run(
                 break
             ready, _, _ = select.select([read_fd], [], [], min(0.1, until - now))
             if not ready:
+                if on_output is not None:
+                    on_output(b"")
                 continue
             data = os.read(read_fd, READ_CHUNK)
             if not data:
                 open_pipe = False
                 break
             output.add(data)
+            if on_output is not None:
+                on_output(data)
             if output.total > limits.output_max_bytes:
                 stopped = "output"
                 break

@@ -143,6 +143,8 @@ class Workspace:
     quota: WorkspaceQuota = WorkspaceQuota()
     quota_root: Path | None = None
     cancel: threading.Event | None = None  # set when the call is cancelled (bash stops)
+    # Handed each piece of a running command's output as it is read (bash streams it).
+    output: Callable[[bytes], None] | None = None
 
     @classmethod
     def at(
@@ -152,6 +154,7 @@ class Workspace:
         deadline: float = math.inf,
         quota: WorkspaceQuota = WorkspaceQuota(),
         cancel: threading.Event | None = None,
+        output: Callable[[bytes], None] | None = None,
     ) -> Workspace:
         if not cwd:
             raise ToolFailure("NO_WORKSPACE", "this session has no working directory")
@@ -164,7 +167,7 @@ class Workspace:
         counted = Path(quota.folder).resolve() if quota.folder else root
         if counted != root and counted not in root.parents:
             counted = root  # a folder that does not hold the workspace counts nothing of it
-        return cls(root, deadline, quota, counted, cancel)
+        return cls(root, deadline, quota, counted, cancel, output)
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
@@ -934,21 +937,37 @@ class Toolbox:
     def get(self, name: str) -> Tool | None:
         return self.tools.get(name)
 
-    async def run(self, name: str, args: Mapping[str, Any]) -> ToolOutcome:
-        """Run a tool with its timeout; never raises (except when cancelled)."""
+    async def run(
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        on_output: Callable[[bytes], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ToolOutcome:
+        """Run a tool with its timeout; never raises (except when cancelled). `on_output` is
+        called, on the tool's thread, with each piece of a command's output as it comes;
+        setting `cancel` stops a running command (which then returns what it wrote)."""
         tool = self.tools.get(name)
         if tool is None:
             return ToolOutcome(f"there is no tool named {name!r}", True, "UNKNOWN_TOOL")
         delay = float(os.environ.get("STRAND_TOOL_DELAY_MS") or 0) / 1000
         deadline = time.monotonic() + self.timeout_s
         # Set when the awaiting side gives up (cancel or timeout): a running command stops.
-        cancel = threading.Event()
+        cancel = cancel or threading.Event()
         try:
             async with asyncio.timeout(self.timeout_s):
                 if delay > 0:
                     await asyncio.sleep(delay)
                 return await asyncio.get_running_loop().run_in_executor(
-                    _tool_threads(), _run_sync, tool, self.cwd, args, deadline, self.quota, cancel
+                    _tool_threads(),
+                    _run_sync,
+                    tool,
+                    self.cwd,
+                    args,
+                    deadline,
+                    self.quota,
+                    cancel,
+                    on_output,
                 )
         except TimeoutError:
             return ToolOutcome(
@@ -991,11 +1010,13 @@ def _run_sync(
     deadline: float,
     quota: WorkspaceQuota,
     cancel: threading.Event | None = None,
+    output: Callable[[bytes], None] | None = None,
 ) -> ToolOutcome:
     # The awaiting side gives up at the deadline; the deadline in the workspace makes the
     # thread itself stop soon after, instead of working on unseen.
     try:
-        return tool.run(Workspace.at(cwd, deadline=deadline, quota=quota, cancel=cancel), args)
+        ws = Workspace.at(cwd, deadline=deadline, quota=quota, cancel=cancel, output=output)
+        return tool.run(ws, args)
     except ToolFailure as exc:
         return ToolOutcome(str(exc), True, exc.code)
     except OSError as exc:

@@ -10,8 +10,10 @@ Channel-layer messages, to the group `session.<session id>` or one socket's chan
     {"type": "session.events", "events": [[seq, frame], …], "last_seq": int}
     {"type": "session.committed", "last_seq": int | None}
     {"type": "session.delta", "session_id": str, "turn": int, "step": int,
-     "kind": "text" | "thinking" | "tool_call", "block": str, "text": str,
-     "name": str | None}
+     "kind": "text" | "thinking" | "tool_call" | "restart" | "tool_output", "block": str,
+     "text": str, "name": str | None}
+
+A `tool_output` delta is a piece of a running command's output; its block is the call id.
 
 Frames to the client: see `sessions_app.live.consumers`.
 """

@@ -11,7 +11,16 @@ key is read, when a turn starts, from the environment variable the preset names 
 
 Built in:
 
-- `offline` — the deterministic offline model (`runtime.offline`), the default.
+- `offline` — the deterministic offline model (`runtime.offline`), the default, with Pi's
+  tools;
+- `coding` — the same (the preset imported Pi sessions are put on).
+
+Tool names: a preset offers Pi 1.6's tools (`read`, `write`, `edit`, `bash`, `grep`, `find`,
+`ls`) unless it names others. Sessions made when the default was Strand's older tools
+(`read_file`, `list_files`, `grep`, `write_file`) recorded those names in their snapshot, and
+their turns are offered the same names again on a preset that does not name its own
+(`OLDER_TOOL_NAMES`): a conversation keeps the vocabulary its history already uses. Only
+names of that fixed list are ever taken from a snapshot.
 
 From the environment:
 
@@ -36,8 +45,8 @@ Preset fields (all optional but `provider` and, except offline, `model`):
     model, base_url     model id; server URL (default: the SDK's)
     api_key_env         name of the environment variable that holds the API key
     system_prompt       default: the product's prompt
-    tools               tool names (default: read_file, list_files, grep, write_file; the
-                        built-in `coding` preset: Pi's read, write, edit, bash, grep, find, ls)
+    tools               tool names (default: Pi's read, write, edit, bash, grep, find, ls;
+                        or Strand's older read_file, list_files, grep, write_file)
     thinking_level      off | minimal | low | medium | high | xhigh (recorded in headers)
     params              extra body parameters (temperature, max_tokens, thinking…)
     context_window, reserve_tokens, keep_recent_tokens, auto_compact   compaction
@@ -61,6 +70,8 @@ OFFLINE = "offline"
 CODING = "coding"
 # Pi 1.6's tools (runtime/pi_tools.py); `bash` is left out where no sandbox can run.
 PI_TOOL_NAMES = ["read", "write", "edit", "bash", "grep", "find", "ls"]
+# The default before Pi's tools; sessions that recorded it keep it (see the module doc).
+OLDER_TOOL_NAMES = ["read_file", "list_files", "grep", "write_file"]
 
 # The built-in preset; its fields also fill in whatever a configured preset leaves out.
 DEFAULT_PRESET: dict[str, Any] = {
@@ -68,13 +79,12 @@ DEFAULT_PRESET: dict[str, Any] = {
     "provider": "offline",
     "model": "strand-offline-1",
     "system_prompt": "You are a helpful assistant working in the user's project directory.",
-    "tools": ["read_file", "list_files", "grep", "write_file"],
+    "tools": list(PI_TOOL_NAMES),
     "thinking_level": "off",
 }
 
 
-# The offline model with Pi's tools. `offline` keeps the older tool names, so the sessions
-# made on it keep the vocabulary their history already uses.
+# The offline model with Pi's tools, under the name imported Pi sessions are given.
 CODING_PRESET: dict[str, Any] = {**DEFAULT_PRESET, "name": CODING, "tools": PI_TOOL_NAMES}
 
 
@@ -92,7 +102,7 @@ def presets(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any
     """Every preset by name: the built-in one, then those from the environment."""
     env = os.environ if environ is None else environ
     found: dict[str, dict[str, Any]] = {
-        OFFLINE: dict(DEFAULT_PRESET),
+        OFFLINE: {**DEFAULT_PRESET, "tools": list(PI_TOOL_NAMES)},
         CODING: {**CODING_PRESET, "tools": list(PI_TOOL_NAMES)},
     }
     if env.get("STRAND_OPENAI_API_KEY") or env.get("STRAND_OPENAI_BASE_URL"):
@@ -154,11 +164,11 @@ def preset_name_of(snapshot: Mapping[str, Any] | None) -> str:
 
 
 def preset_for_turn(snapshot: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What a session's next turn runs with: the server's preset of the recorded name. The
-    rest of the stored snapshot is never read here."""
+    """What a session's next turn runs with: the server's preset of the recorded name. Of
+    the rest of the stored snapshot only older tool names are read (`older_tool_names`)."""
     name = preset_name_of(snapshot)
     try:
-        return preset_resolve(name)
+        preset = preset_resolve(name)
     except PresetNotFound:
         available = ", ".join(sorted(presets()))
         raise PresetUnavailable(
@@ -166,3 +176,20 @@ def preset_for_turn(snapshot: Mapping[str, Any] | None) -> dict[str, Any]:
             f"cannot run (offered: {available}). Start a new session with one of those, or "
             "ask an operator to restore the preset."
         ) from None
+    if "tools" not in preset_get(name) or name == OFFLINE:
+        older = older_tool_names(snapshot)
+        if older:
+            preset["tools"] = older
+    return preset
+
+
+def older_tool_names(snapshot: Mapping[str, Any] | None) -> list[str]:
+    """The older tool names a session recorded, in their order, if it was made with them
+    (any of `read_file`, `list_files`, `write_file`); else nothing. `grep` alone is both
+    vocabularies' name and says nothing."""
+    recorded = (snapshot or {}).get("tools")
+    if not isinstance(recorded, list) or not any(
+        n in recorded for n in OLDER_TOOL_NAMES if n != "grep"
+    ):
+        return []
+    return [n for n in OLDER_TOOL_NAMES if n in recorded]

@@ -451,3 +451,28 @@ def status_text(status: Any) -> str:
         "not_started": "not started",
         "interrupted": "outcome unknown",
     }.get(str(status), str(status))
+
+
+@register.filter
+def diff_rows(diff: Any) -> list[tuple[str, str]]:
+    """Pi's edit diff (`+N text`, `-N text`, ` N text`, ` ... ` lines) as (kind, line) rows,
+    kind `add`, `del` or `ctx`; at most `CLIP_CHARS` characters of it."""
+    rows = []
+    for line in clip(diff).split("\n"):
+        kind = {"+": "add", "-": "del"}.get(line[:1], "ctx")
+        rows.append((kind, line))
+    return rows
+
+
+@register.filter
+def bash_run(details: Any) -> dict[str, Any]:
+    """What the chat shows under a command's output: its exit code (or the signal, or why
+    it was stopped), its wall time and the bytes of output left out."""
+    if not isinstance(details, Mapping):
+        return {}
+    shown: dict[str, Any] = {}
+    for key in ("exit_code", "signal", "stopped", "wall_time_seconds", "dropped_bytes"):
+        value = details.get(key)
+        if isinstance(value, int | float | str) and not isinstance(value, bool):
+            shown[key] = value
+    return shown

@@ -31,6 +31,8 @@
     staleRefreshes: 0, // refreshes dropped: the user chose a view after they started
     staleRefreshes: 0, // refreshes dropped because the user chose a view after they started
     deltas: 0,         // streamed pieces drawn (the step in flight)
+    toolOutput: {},    // call id -> the output of a running command seen so far (its tail)
+    toolOutputPieces: 0,
     turnsEnded: 0,     // turn/end events seen
   };
   window.strandLive = live;
@@ -170,6 +172,8 @@
       live.ready = true;
       live.failures = 0;
       setConnectionState("live");
+    } else if (message.type === "delta" && message.kind === "tool_output") {
+      onToolOutput(message);
     } else if (message.type === "delta") {
       onDelta(message);
     }
@@ -305,6 +309,34 @@
     flash.replaceChildren(line);
   });
 
+  // ---- a running command's output ------------------------------------------------------
+
+  // What one command's live output keeps in the page: its latest characters (the result,
+  // once recorded, replaces it with the head and tail the server kept).
+  var TOOL_OUTPUT_KEEP = 64 * 1024;
+
+  function onToolOutput(delta) {
+    var id = String(delta.block || "");
+    if (!id) return;
+    live.toolOutputPieces += 1;
+    var text = (live.toolOutput[id] || "") + String(delta.text || "");
+    if (text.length > TOOL_OUTPUT_KEEP) text = "[…]\n" + text.slice(text.length - TOOL_OUTPUT_KEEP);
+    live.toolOutput[id] = text;
+    drawToolOutput(id);
+  }
+
+  function drawToolOutput(id) {
+    var el = document.querySelector('[data-live-call="' + CSS.escape(id) + '"]');
+    if (!el) return;
+    el.textContent = live.toolOutput[id];
+    var details = el.closest("details");
+    if (details) details.open = true;
+  }
+
+  function drawToolOutputs() {
+    Object.keys(live.toolOutput).forEach(drawToolOutput);
+  }
+
   // ---- the step in flight --------------------------------------------------------------
 
   function onDelta(delta) {
@@ -385,8 +417,12 @@
     if (field) field.value = "";
   });
 
+  // Drawn again as soon as a refresh swaps the chat in, and once it settles.
+  body.addEventListener("htmx:afterSwap", drawToolOutputs);
+
   body.addEventListener("htmx:afterSettle", function (evt) {
     drawInflight();
+    drawToolOutputs();
     applyFolds();
     applyTreeFilter();
     focusTarget(evt.target);

@@ -347,7 +347,7 @@ def test_staff_read_request_headers_with_system_prompts_others_do_not(
     prompt = services.DEFAULT_PRESET["system_prompt"]
     seen = body_of(as_carol.get(path))
     assert seen["system_prompt"].startswith(prompt)
-    assert {tool["name"] for tool in seen["tools"]} >= {"read_file", "write_file"}
+    assert {tool["name"] for tool in seen["tools"]} >= {"read", "write", "edit"}
     for hidden in (path, f"/sessions/{world.session.id}/events?limit=1000"):
         response = as_bob.get(hidden)
         assert response.status_code == 404

@@ -109,7 +109,8 @@ def test_one_request_shows_its_exact_context(
     html = page.content.decode()
     assert "matches" in html and "does not match" not in html
     assert escape(services.DEFAULT_PRESET["system_prompt"]) in html
-    assert "read_file" in html and "write_file" in html  # the tool schemas
+    # The tool schemas: Pi's (the default tools).
+    assert "Read the contents of a file." in html and "exact text replacement" in html
     assert "&lt;script&gt;alert(&#x27;audit&#x27;)&lt;/script&gt;" in html
     assert HOSTILE not in html
 

@@ -30,7 +30,7 @@ def waiting_for_approval(api: Api, session: Session) -> str:
     sent = api.post(f"/sessions/{session.id}/messages", {"text": "write notes.txt: changed"})
     assert sent.status_code == 202
     pending = wait_for(lambda: body_of(api.get(f"/sessions/{session.id}/approvals")))
-    assert [p["tool"] for p in pending] == ["write_file"]
+    assert [p["tool"] for p in pending] == ["write"]
     return str(pending[0]["approval_id"])
 
 
@@ -47,7 +47,7 @@ def test_a_message_starts_a_turn_and_every_view_shows_it(as_alice: Api, session:
     assert [e["data"]["turn"] for e in starts] == [turn]
     chat = body_of(as_alice.get(f"/sessions/{session.id}/views/chat"))
     assert [i["kind"] for i in chat["items"]][:2] == ["user", "assistant"]
-    assert chat["items"][1]["tool_calls"][0]["name"] == "list_files"
+    assert chat["items"][1]["tool_calls"][0]["name"] == "ls"
 
     trace = body_of(as_alice.get(f"/sessions/{session.id}/views/trace"))
     assert trace["turns"] == [turn] and trace["running"] is False

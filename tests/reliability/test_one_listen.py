@@ -32,7 +32,7 @@ from tests.runtime.conftest import child_database_url
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WAIT_S = 30  # a guard against hanging, never a timing
-WRITE = "write f.txt: x"  # the offline model answers with a write_file call: an approval
+WRITE = "write f.txt: x"  # the offline model answers with a write call: an approval
 
 
 @pytest.fixture

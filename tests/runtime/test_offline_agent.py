@@ -441,7 +441,7 @@ async def test_deltas_reach_the_session_group_on_the_channel_layer(one_session):
     while True:
         item = await asyncio.wait_for(layer.receive(channel), 10)
         received.append(item)
-        if "".join(m["text"] for m in received).endswith("“write notes.txt: hello”."):
+        if "".join(m["text"] for m in received).endswith("“run ls -la”."):
             break
     await agent.aagent_wait(session.id, 10)
     assert {m["type"] for m in received} == {"session.delta"}

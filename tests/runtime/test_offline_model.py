@@ -112,3 +112,12 @@ def test_a_prompt_bigger_than_the_window_is_refused_as_overflow():
     with pytest.raises(ProviderError) as info:
         collect(provider, [{"role": "user", "content": "x" * 200}])
     assert info.value.overflow and "prompt is too long" in str(info.value)
+
+
+def test_the_reply_names_the_tools_the_request_offers() -> None:
+    said = [{"role": "user", "content": "read notes.txt and run ls -la"}]
+    text, calls = answer(said, {"read", "ls", "bash"})
+    assert text == "On it: read(notes.txt), bash(ls -la)."
+    assert [c.tool for c in calls] == ["read", "bash"]
+    older, _ = answer(said, {"read_file", "list_files"})
+    assert older.startswith("On it: read_file(notes.txt)")

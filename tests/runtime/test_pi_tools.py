@@ -179,9 +179,30 @@ def test_paths_may_be_absolute_inside_the_working_directory_only(tmp_path: Path)
 
 def test_pis_grep_reads_a_regex_unless_literal(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("a.c\nabc\n")
-    assert call(tmp_path, "grep", pattern="a.c").details["matches"] == 2
-    assert call(tmp_path, "grep", pattern="a.c", literal=True).details["matches"] == 1
-    assert call(tmp_path, "grep", pattern="ABC", ignoreCase=True).details["matches"] == 1
+    assert call(tmp_path, "grep", pattern="a.c").text == "f.txt:1: a.c\nf.txt:2: abc"
+    assert call(tmp_path, "grep", pattern="a.c", literal=True).text == "f.txt:1: a.c"
+    assert call(tmp_path, "grep", pattern="ABC", ignoreCase=True).text == "f.txt:2: abc"
+    assert call(tmp_path, "grep", pattern="nothing").text == "No matches found"
+
+
+def test_pis_grep_shows_context_lines_and_filters_by_glob(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("one\ntwo\nTODO three\nfour\nfive\n")
+    (tmp_path / "src" / "b.txt").write_text("TODO elsewhere\n")
+    (tmp_path / "top.py").write_text("x\nTODO top\n")
+    found = call(tmp_path, "grep", pattern="TODO", glob="*.py", context=1)
+    assert found.text == (
+        "top.py-1- x\ntop.py:2: TODO top\nsrc/a.py-2- two\nsrc/a.py:3: TODO three\nsrc/a.py-4- four"
+    )
+    assert call(tmp_path, "grep", pattern="TODO", glob="src/**/*.txt").text == (
+        "src/b.txt:1: TODO elsewhere"
+    )
+    assert "b.txt" not in call(tmp_path, "grep", pattern="TODO", glob="!*.txt").text
+    limited = call(tmp_path, "grep", pattern="TODO", limit=1)
+    assert limited.details == {"matchLimitReached": 1}
+    assert limited.text.endswith(
+        "[1 matches limit reached. Use limit=2 for more, or refine pattern]"
+    )
 
 
 @pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")

@@ -4,6 +4,7 @@ user denies never runs; a session on the older tool names keeps calling them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,21 +12,27 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from projections.context import build_session_context
 from projections.records import EventRecord
 from runtime import sandbox
-from sessions_app import services
-from sessions_app.presets import CODING_PRESET
-from sessions_app.services.pi_io import pi_import
-from tests.api.conftest import OFFLINE_PRESET, Api, converse
+from sessions_app import services, store
+from sessions_app.models import Session
+from sessions_app.presets import CODING_PRESET, OLDER_TOOL_NAMES, PI_TOOL_NAMES
+from sessions_app.services.pi_io import pi_export_lines, pi_import
+from tests.api.conftest import Api, converse
+from tests.pi16 import pi16_opens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CODING = "coding-small"
+# A preset that names no tools: it offers the default ones, Pi's.
+DEFAULT_TOOLS = "default-tools"
 
 
 @pytest.fixture(autouse=True)
 def coding_preset(serve_preset: Any) -> None:
     serve_preset(CODING, **CODING_PRESET)
+    serve_preset(DEFAULT_TOOLS, **{k: v for k, v in CODING_PRESET.items() if k != "tools"})
 
 
 def results_of(events: list[EventRecord]) -> list[tuple[str, str | None, str, Any]]:
@@ -111,11 +118,29 @@ def test_a_session_on_the_older_names_keeps_them(
     as_alice: Api, alice: User, workspace: Path
 ) -> None:
     session = services.session_create(
-        owner=alice, title="old", cwd=str(workspace), preset=OFFLINE_PRESET
+        owner=alice, title="old", cwd=str(workspace), preset=DEFAULT_TOOLS
+    )
+    # Made when the offline preset offered Strand's older tools: its snapshot names them.
+    Session.objects.filter(pk=session.pk).update(
+        preset={**session.preset, "tools": OLDER_TOOL_NAMES}
     )
     events = converse(as_alice, session, "read notes.txt, list files, write x.txt: y")
     assert [r[0] for r in results_of(events)] == ["read_file", "list_files", "write_file"]
     assert all(r[1] is None for r in results_of(events))
+    header = store.events_after(session.id, -1, 1000)
+    offered = [e.data["tools"] for e in header if e.type == "request/header"]
+    assert [t["name"] for t in offered[-1]] == OLDER_TOOL_NAMES
+
+
+def test_a_new_session_on_the_default_preset_offers_pis_tools(
+    as_alice: Api, alice: User, workspace: Path
+) -> None:
+    session = services.session_create(
+        owner=alice, title="new", cwd=str(workspace), preset=DEFAULT_TOOLS
+    )
+    assert session.preset["tools"] == PI_TOOL_NAMES
+    events = converse(as_alice, session, "read notes.txt, list files, write x.txt: y")
+    assert [r[0] for r in results_of(events)] == ["read", "ls", "write"]
 
 
 @pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
@@ -133,3 +158,41 @@ def test_a_pi_session_imported_and_continued_offers_pis_tools(
     results = results_of(events)
     assert [(r[0], r[1]) for r in results] == [("bash", None), ("edit", None), ("read", None)]
     assert results[-1][2] == "continued\n"
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here")
+def test_a_pi_session_continued_with_bash_and_edit_opens_in_pi_with_the_same_context(
+    as_alice: Api, alice: User, workspace: Path, tmp_path: Path
+) -> None:
+    case = Path(__file__).resolve().parents[1] / "fixtures/pi/v1.6/cases/context_edits.jsonl"
+    with case.open("rb") as source:
+        session = pi_import(source=source, owner=alice, cwd=str(workspace)).session
+    converse(as_alice, session, "run printf 'a\\nb\\n' > f.txt; cat f.txt")
+    converse(as_alice, session, "edit f.txt: b => c")
+    session.refresh_from_db()
+    path = tmp_path / "continued.jsonl"
+    path.write_text("".join(pi_export_lines(session)), encoding="utf-8")
+    pi = pi16_opens(path)
+    entries = store.entries_of(session.id)
+    assert pi["leafId"] == session.leaf_entry_id
+    contexts = {r.get("leafId"): r["context"] for r in pi["contexts"]}
+    for entry in entries:
+        ours = json.loads(json.dumps(build_session_context(entries, entry.id).to_pi()))
+        theirs = contexts[entry.id]
+
+        # Pi's context is Strand's, plus the system messages that carry Strand's prompt and
+        # tools (the file's own system messages are in both).
+        def plain(context: dict[str, Any]) -> dict[str, Any]:
+            return {
+                **context,
+                "messages": [m for m in context["messages"] if m["role"] != "system"],
+            }
+
+        assert plain(theirs) == plain(ours), entry.id
+        systems = [m for m in theirs["messages"] if m["role"] == "system"]
+        assert all(m in systems for m in ours["messages"] if m["role"] == "system"), entry.id
+    results = [m for m in contexts[session.leaf_entry_id]["messages"] if m["role"] == "toolResult"]
+    bash, edit = results[-2:]
+    assert bash["toolName"] == "bash" and bash["content"][0]["text"] == "a\nb\n"
+    assert edit["toolName"] == "edit" and edit["details"]["diff"] == " 1 a\n-2 b\n+2 c"
+    assert "@@ -1,2 +1,2 @@" in edit["details"]["patch"]

@@ -110,7 +110,7 @@ def test_a_catastrophic_pattern_in_one_session_does_not_stall_another_user(serve
         message = event.data["entry"]["message"]
         shown = "".join(part.get("text", "") for part in message["content"])
         assert not message["isError"], shown
-        assert shown.startswith(f"no match for {pattern!r}"), shown
+        assert shown == "No matches found", (pattern, shown)  # Pi's grep (the default tools)
 
     # Bob was answered every time, with his session and never Alice's.
     assert answered and all(status == 200 for _, _, status, _ in answered)

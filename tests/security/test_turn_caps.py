@@ -38,7 +38,7 @@ from tests.runtime.conftest import child_database_url, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WAIT_S = 30
-WRITE = "write f.txt: x"  # the offline model answers with a write_file call: an approval
+WRITE = "write f.txt: x"  # the offline model answers with a write call: an approval
 
 
 @dataclass

@@ -106,7 +106,7 @@ def test_a_selected_span_shows_its_inputs_and_outputs(session: Session) -> None:
         headers={"HX-Request": "true", "HX-Target": "span-detail"},
     ).content.decode()
     assert html.lstrip().startswith('<aside id="span-detail"')
-    assert "read_file" in html and "README.md" in html and "run_ms" in html
+    assert "read" in html and "README.md" in html and "run_ms" in html
 
 
 def test_a_write_waits_for_approval_and_runs_once_allowed(
@@ -116,7 +116,7 @@ def test_a_write_waits_for_approval_and_runs_once_allowed(
     send(client, session, "write notes.txt: approved text")
     asked = wait_for_event(session, "approval/asked")
     html = client.get(page(session)).content.decode()
-    assert 'class="approval card"' in html and "write_file" in html
+    assert 'class="approval card"' in html and "<strong>write</strong>" in html
     assert 'data-running="true"' in html and "Steer" in html and "Cancel turn" in html
     client.post(
         reverse("session-approval", args=[session.id, asked.data["approval_id"]]),
