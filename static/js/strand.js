@@ -29,7 +29,6 @@
     committedSteps: {},
     refreshes: 0,
     staleRefreshes: 0, // refreshes dropped: the user chose a view after they started
-    staleRefreshes: 0, // refreshes dropped because the user chose a view after they started
     deltas: 0,         // streamed pieces drawn (the step in flight)
     toolOutput: {},    // call id -> the output of a running command seen so far (its tail)
     toolOutputPieces: 0,
