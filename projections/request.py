@@ -18,7 +18,13 @@ from datetime import datetime
 from typing import Any
 
 from projections.chat import content_text
-from projections.context import SessionContext, build_session_context, to_provider_messages
+from projections.context import (
+    PI_CONVERTED_ROLES,
+    SessionContext,
+    build_session_context,
+    pi_llm_message,
+    to_provider_messages,
+)
 from projections.payload import PayloadError, build_payload, payload_sha256
 from projections.records import EntryRecord, EventRecord
 from projections.tokens import estimate_tokens
@@ -48,6 +54,17 @@ class ContextMessage:
     # The entry it comes from, and the context edit (Pi 1.6) that replaced its content.
     entry_id: str | None = None
     edit_id: str | None = None
+
+    @property
+    def llm(self) -> Mapping[str, Any] | None:
+        """What Pi's `convertToLlm` hands the model for this message (None: it leaves the
+        message out): the message's Pi-format provider view."""
+        return pi_llm_message(self.message)
+
+    @property
+    def llm_converted(self) -> bool:
+        """Whether Pi sends the message as something else than it is (a user message)."""
+        return self.role in PI_CONVERTED_ROLES
 
 
 @dataclass(frozen=True, slots=True)

@@ -352,8 +352,10 @@ class LeafQueryIn(Schema):
 
 
 class ContextIn(LeafQueryIn):
-    format: Literal["pi", "provider"] = Field(
-        "pi", description="Pi's context, or the messages a provider is sent"
+    format: Literal["pi", "llm", "provider"] = Field(
+        "pi",
+        description="Pi's context (`pi`); Pi's convertToLlm of it, what Pi hands its "
+        "provider (`llm`); or the messages Strand's own requests send (`provider`)",
     )
 
 
@@ -373,7 +375,7 @@ class TraceIn(LeafQueryIn):
 
 
 class ContextOut(Schema):
-    format: Literal["pi", "provider"]
+    format: Literal["pi", "llm", "provider"]
     leaf_id: str | None
     messages: list[dict[str, Any]]
     thinking_level: str | None

@@ -87,3 +87,22 @@ def test_the_context_view_says_which_edit_replaced_or_omitted_what(alice: User) 
     before = client_for(alice).get(url, {"view": "context", "leaf": ids["a2"]}).content.decode()
     assert "Secret: hunter2. Read b.txt" in messages_of(before)
     assert "context edit" not in messages_of(before)
+
+
+def test_the_context_view_shows_what_pi_sends_for_a_summary_and_links_pi_s_provider_view(
+    alice: User,
+) -> None:
+    url, ids = imported("compactions16", alice)
+    client = client_for(alice)
+    html = client.get(url, {"view": "context"}).content.decode()
+    shown = messages_of(html)
+    assert "As Pi sends it (convertToLlm): a user message" in shown
+    assert "The conversation history before this point was compacted" in shown
+    link = html.index('class="small pi-llm-link" href="')
+    href = html[link:].split('href="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+    answer = client.get(href)
+    assert answer.status_code == 200 and answer.json()["format"] == "llm"
+    leaf = json.loads((CASES / "compactions16.leaf.json").read_text())["leafId"]
+    records = json.loads((CASES / "compactions16.contexts.json").read_text())
+    [pi] = [r["llm"] for r in records if r.get("leafId") == leaf]
+    assert answer.json()["messages"] == pi
