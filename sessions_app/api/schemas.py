@@ -380,6 +380,10 @@ class ContextOut(Schema):
     messages: list[dict[str, Any]]
     thinking_level: str | None
     model: dict[str, Any] | None
+    # Format pi: where each message comes from (one per message); every format: the entries
+    # a context edit left out.
+    sources: list[MessageSourceOut] | None = None
+    omitted: list[MessageSourceOut] = []
 
 
 class TreeIn(LeafQueryIn):
@@ -509,6 +513,14 @@ class ToolSchemaOut(Schema):
     parameters: dict[str, Any]
 
 
+class MessageSourceOut(Schema):
+    """The entry a context message comes from, and the context edit (Pi 1.6) that replaced
+    its content or, among `omitted`, left it out."""
+
+    entry_id: str
+    edit_id: str | None
+
+
 class ContextMessageOut(Schema):
     index: int
     role: str
@@ -516,6 +528,8 @@ class ContextMessageOut(Schema):
     text: str
     tokens: int
     key: str
+    entry_id: str | None = None
+    edit_id: str | None = None
 
 
 class RequestOut(Schema):
@@ -542,6 +556,7 @@ class RequestOut(Schema):
     matches: bool
     error: str | None
     response_entry_id: str | None
+    omitted: list[MessageSourceOut] = []
 
 
 # --- the agent -----------------------------------------------------------------------------

@@ -49,6 +49,8 @@ def context_get(request: HttpRequest, session_id: uuid.UUID, query: Query[Contex
         "messages": plain(messages),
         "thinking_level": context.thinking_level,
         "model": context.model,
+        "sources": plain(context.sources) if query.format == "pi" and context.sources else None,
+        "omitted": plain(context.omitted),
     }
 
 
