@@ -126,3 +126,11 @@ def test_the_trace_of_an_imported_session_shows_its_entries_outside_turns(alice:
     assert '<span class="kind">usage</span> usage: cache_warm' in html
     toolbar = html.split('class="toolbar', 1)[1].split("</div>", 1)[0]
     assert "$0.02" in toolbar  # the two usage entries of the branch: $0.015 and $0.00033
+
+
+def test_a_compaction_card_shows_the_system_state_it_keeps(alice: User) -> None:
+    url, ids = imported("compactions16", alice)
+    html = client_for(alice).get(url, {"view": "chat", "leaf": ids["a3"]}).content.decode()
+    card = html.split(f'id="entry-{ids["c1"]}"', 1)[1].split("Summary the model sees", 1)[0]
+    assert "System state kept" in card and "tools: read" in card
+    assert "You are helpful." in card and "cwd: /b" in card
