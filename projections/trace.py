@@ -503,8 +503,9 @@ def _turn_span(turn: _Turn, fold: _Fold) -> TraceSpan:
 def _sum_usage(spans: Iterable[TraceSpan]) -> Usage:
     total = Usage()
     for span in spans:
-        # Steps already sum their requests; a turn sums its steps.
-        if span.kind in ("request", "step") and span.usage is not None:
+        # Steps already sum their requests and usage entries; a turn sums its steps and the
+        # usage entries outside them.
+        if span.kind in ("request", "step", "usage") and span.usage is not None:
             total = total + span.usage
     return total
 
@@ -557,7 +558,7 @@ def _step_span(step: _Step, turn: _Turn, fold: _Fold) -> TraceSpan:
         end_seq=closed_by.seq if closed_by is not None else None,
         turn=turn.number,
         step=step.number,
-        usage=_sum_usage(requests),
+        usage=_sum_usage(children),
         error=_error_message(failed),
         inputs=(("turn", turn.number), ("step", step.number)),
         outputs=tuple(outputs),

@@ -295,6 +295,9 @@ def test_pi16_entries_inside_a_turn_are_instant_spans_of_their_own_kind() -> Non
     warm = only(view, "usage")
     assert warm.name == "usage: cache_warm" and warm.usage is not None
     assert warm.usage.cost == 0.015
+    # Usage outside the conversation counts in its step's, its turn's and the trace's cost.
+    assert only(view, "step").usage.cost == 0.015  # type: ignore[union-attr]
+    assert view.spans[0].usage.cost == 0.015 and view.usage.cost == 0.015  # type: ignore[union-attr]
     sys_span = only(view, "system")
     assert io(sys_span.inputs) == {"sections": "rules"}
     assert io(sys_span.outputs)["tools_added"] == "grep"
