@@ -224,6 +224,9 @@ class CompactionItem:
     from_hook: bool
     superseded: bool
     replaced: tuple[ChatItem, ...] = field(default=())
+    # Pi 1.6: the system state the compaction keeps (its `systemMessage` checkpoint), which
+    # later contexts start from in place of the system messages it folded.
+    checkpoint: SystemMessageItem | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -836,6 +839,7 @@ def _compaction_item(
     entry: EntryRecord, *, superseded: bool, replaced: tuple[ChatItem, ...]
 ) -> CompactionItem:
     data = entry.data
+    checkpoint = data.get("systemMessage")
     return CompactionItem(
         entry_id=entry.id,
         seq=entry.seq,
@@ -847,4 +851,5 @@ def _compaction_item(
         from_hook=bool(data.get("fromHook")),
         superseded=superseded,
         replaced=replaced,
+        checkpoint=_system_item(entry, checkpoint) if isinstance(checkpoint, Mapping) else None,
     )

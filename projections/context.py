@@ -12,9 +12,13 @@ Two steps, as in Pi:
    apply the latest context edit of each selected target (`buildSessionProjection`), then
    emit the messages — a compaction gives its system checkpoint and its summary.
    Its output, through `SessionContext.to_pi()`, is the object Pi returns, key for key.
-2. `to_provider_messages` is Pi's `convertToLlm` plus pi-ai's `transformMessages`: synthetic
-   roles become user messages, and every tool call is answered exactly once so that no
-   provider rejects the request.
+2. `convert_to_llm` is Pi 1.6's `convertToLlm`, word for word: what Pi hands its provider
+   for a context (system messages included), shown as the context's Pi-format provider view.
+3. `to_provider_messages` is what Strand's own requests send: `convertToLlm` in Strand's
+   wording, without system messages (a Strand request carries its header's prompt and
+   tools), plus pi-ai's `transformMessages`, so that every tool call is answered exactly
+   once and no provider rejects the request. Recorded requests were hashed with this
+   wording, so it stays as it is.
 
 Messages are handed out as the same dicts the entries hold, as Pi does; callers must treat
 them as read-only.
@@ -24,11 +28,12 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from projections.records import EntryRecord
+from projections.tokens import js_number
 
 Message = dict[str, Any]
 
@@ -500,6 +505,109 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
     return era * 146097 + day_of_era - 719468
 
 
+# --- Pi's convertToLlm -------------------------------------------------------------------
+
+# Pi 1.6.0's own words (`core/messages.js`), the same as 0.73.1's.
+PI_COMPACTION_SUMMARY_PREFIX = (
+    "The conversation history before this point was compacted into the following summary:"
+    "\n\n<summary>\n"
+)
+PI_COMPACTION_SUMMARY_SUFFIX = "\n</summary>"
+PI_BRANCH_SUMMARY_PREFIX = (
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
+)
+PI_BRANCH_SUMMARY_SUFFIX = "</summary>"
+
+# The roles convertToLlm turns into user messages.
+PI_CONVERTED_ROLES: Final = ("bashExecution", "custom", "branchSummary", "compactionSummary")
+
+# The key a JavaScript object literal would set to `undefined`, which JSON leaves out.
+_MISSING: Final = object()
+
+
+def convert_to_llm(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """Pi's `convertToLlm(messages)`, as JSON would print it: system, user, assistant and
+    tool result messages as they are; bash executions (but the `!!` ones), custom messages
+    and summaries as user messages in Pi's words; anything else left out."""
+    return [m for m in map(pi_llm_message, messages) if m is not None]
+
+
+def pi_llm_message(message: Mapping[str, Any]) -> Message | None:
+    """What Pi's `convertToLlm` makes of one context message, or None where it drops it."""
+    role = message.get("role")
+    if role in ("system", "user", "assistant", "toolResult"):
+        return message if isinstance(message, dict) else dict(message)
+    if role == "bashExecution":
+        if js_truthy(message.get("excludeFromContext")):
+            return None
+        return _pi_user([_text_block(pi_bash_execution_text(message))], message)
+    if role == "custom":
+        content = message.get("content", _MISSING)
+        if isinstance(content, str):
+            content = [_text_block(content)]
+        return _pi_user(content, message)
+    if role == "branchSummary":
+        text = PI_BRANCH_SUMMARY_PREFIX + _js_str(message, "summary") + PI_BRANCH_SUMMARY_SUFFIX
+        return _pi_user([_text_block(text)], message)
+    if role == "compactionSummary":
+        summary = _js_str(message, "summary")
+        text = PI_COMPACTION_SUMMARY_PREFIX + summary + PI_COMPACTION_SUMMARY_SUFFIX
+        return _pi_user([_text_block(text)], message)
+    return None
+
+
+def pi_bash_execution_text(message: Mapping[str, Any]) -> str:
+    """Pi's `bashExecutionToText`: the user message a `!cmd` of the user becomes."""
+    text = f"Ran `{_js_str(message, 'command')}`\n"
+    if js_truthy(message.get("output")):
+        text += f"```\n{_js_str(message, 'output')}\n```"
+    else:
+        text += "(no output)"
+    exit_code = message.get("exitCode")
+    if js_truthy(message.get("cancelled")):
+        text += "\n\n(command cancelled)"
+    elif exit_code is not None and exit_code != 0:
+        text += f"\n\nCommand exited with code {_js_str(message, 'exitCode')}"
+    if js_truthy(message.get("truncated")) and js_truthy(message.get("fullOutputPath")):
+        text += f"\n\n[Output truncated. Full output: {_js_str(message, 'fullOutputPath')}]"
+    return text
+
+
+def _pi_user(content: Any, source: Mapping[str, Any]) -> Message:
+    # {role, content, timestamp}, with Pi's key order; an undefined value is left out.
+    message: Message = {"role": "user"}
+    if content is not _MISSING:
+        message["content"] = content
+    if "timestamp" in source:
+        message["timestamp"] = source["timestamp"]
+    return message
+
+
+def _text_block(text: str) -> Message:
+    return {"type": "text", "text": text}
+
+
+def _js_str(message: Mapping[str, Any], key: str) -> str:
+    """`${message[key]}` in JavaScript, for a JSON value (a missing key is "undefined")."""
+    return js_string(message[key]) if key in message else "undefined"
+
+
+def js_string(value: object) -> str:
+    """JavaScript's String(value) for a JSON value."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return js_number(value)
+    if isinstance(value, list | tuple):
+        # Array.prototype.join: null and undefined items print as nothing.
+        return ",".join("" if item is None else js_string(item) for item in value)
+    return "[object Object]"
+
+
 # --- the provider boundary -------------------------------------------------------------
 
 # Our own wording for the two synthetic summaries; the summary itself goes inside tags so
@@ -662,3 +770,12 @@ def bash_execution_text(message: Mapping[str, Any]) -> str:
         where = f" The full output is in {full_output}." if full_output else ""
         parts.append(f"The output above was truncated.{where}")
     return "\n\n".join(parts)
+
+
+# The message views of a context by name: Pi's own (`pi`, the context's messages as they
+# are), Pi's convertToLlm (`llm`) and what Strand's requests send (`provider`).
+CONTEXT_FORMATS: Final[Mapping[str, Callable[[Iterable[Mapping[str, Any]]], list[Message]]]] = {
+    "pi": lambda messages: [dict(m) for m in messages],
+    "llm": convert_to_llm,
+    "provider": to_provider_messages,
+}

@@ -18,7 +18,14 @@ from datetime import datetime
 from typing import Any
 
 from projections.chat import content_text
-from projections.context import SessionContext, build_session_context, to_provider_messages
+from projections.context import (
+    PI_CONVERTED_ROLES,
+    MessageSource,
+    SessionContext,
+    build_session_context,
+    pi_llm_message,
+    to_provider_messages,
+)
 from projections.payload import PayloadError, build_payload, payload_sha256
 from projections.records import EntryRecord, EventRecord
 from projections.tokens import estimate_tokens
@@ -49,6 +56,17 @@ class ContextMessage:
     entry_id: str | None = None
     edit_id: str | None = None
 
+    @property
+    def llm(self) -> Mapping[str, Any] | None:
+        """What Pi's `convertToLlm` hands the model for this message (None: it leaves the
+        message out): the message's Pi-format provider view."""
+        return pi_llm_message(self.message)
+
+    @property
+    def llm_converted(self) -> bool:
+        """Whether Pi sends the message as something else than it is (a user message)."""
+        return self.role in PI_CONVERTED_ROLES
+
 
 @dataclass(frozen=True, slots=True)
 class RequestView:
@@ -75,6 +93,8 @@ class RequestView:
     matches: bool
     error: str | None
     response_entry_id: str | None  # the assistant message that answered, if given
+    # Entries a context edit (Pi 1.6) left out of the request, each with that edit.
+    omitted: tuple[MessageSource, ...] = ()
 
 
 def project_request(
@@ -98,7 +118,11 @@ def project_request(
     if context is None:
         before = sorted((e for e in entries if e.seq < request_seq), key=lambda e: e.seq)
         context = build_session_context(before, leaf_id if isinstance(leaf_id, str) else None)
-    messages = tuple(_context_message(i, m) for i, m in enumerate(context.messages))
+    sources = context.sources or (None,) * len(context.messages)
+    messages = tuple(
+        _context_message(i, m, source)
+        for i, (m, source) in enumerate(zip(context.messages, sources, strict=True))
+    )
     provider_messages = tuple(to_provider_messages(context.messages))
     payload, digest, error = _rebuild(header.data, provider_messages)
     recorded = str(sent.data.get("payload_sha256") or "")
@@ -126,6 +150,7 @@ def project_request(
         matches=digest is not None and digest == recorded,
         error=error,
         response_entry_id=_response_entry_id(events, sent),
+        omitted=context.omitted,
     )
 
 
@@ -199,7 +224,9 @@ def _tool_schema(tool: Mapping[str, Any]) -> ToolSchema:
     )
 
 
-def _context_message(index: int, message: Mapping[str, Any]) -> ContextMessage:
+def _context_message(
+    index: int, message: Mapping[str, Any], source: MessageSource | None
+) -> ContextMessage:
     return ContextMessage(
         index=index,
         role=str(message.get("role")),
@@ -208,6 +235,8 @@ def _context_message(index: int, message: Mapping[str, Any]) -> ContextMessage:
         tokens=estimate_tokens(message),
         # ASCII-escaped so that even a lone surrogate in stored text gives a key.
         key=json.dumps(message, sort_keys=True, separators=(",", ":"), default=str),
+        entry_id=source.entry_id if source is not None else None,
+        edit_id=source.edit_id if source is not None else None,
     )
 
 

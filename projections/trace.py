@@ -9,9 +9,14 @@ turns to show and passes **every event of those turns**: the events whose `turn`
 one of the chosen turn numbers (that is, from each turn's `turn/start` through its
 `turn/end`, or through the end of the log for a turn still running). `pick_turns` chooses
 the turn numbers for a page (the latest N, or the N before a given turn). Events outside
-any turn (between turns) are not part of the trace and are ignored when passed. A window
-that starts inside a turn (its `turn/start` missing) still shows the turn from its first
-event on.
+any turn (between turns) are not part of a turn and are ignored when passed in `events`.
+A window that starts inside a turn (its `turn/start` missing) still shows the turn from
+its first event on.
+
+Entries added outside any turn that change what later requests hold or cost — compactions
+and Pi 1.6's context edits, usage entries and system messages, as an imported Pi session
+holds them — are passed apart, as `outside`: each run of them between two turns is drawn
+as a top-level span of kind `outside`, whose children are those entries as what they are.
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ class TraceSpan:
     """One bar of the timeline.
 
     `kind`: turn, step, request, tool, approval, input, compaction, and for Pi 1.6's
-    entries context_edit, usage, system. `status`: ok, running,
+    entries context_edit, usage, system; `outside` holds such entries added outside any
+    turn (its `turn` is None, as theirs). `status`: ok, running,
     error, aborted, max_tokens, interrupted, waiting (for approval), pending (requested,
     not dispatched), not_started, rejected, cancelled. `key` is stable across reloads.
     """
@@ -206,26 +212,72 @@ class _Fold:
     open_step: dict[int, int] = field(default_factory=dict)  # turn → open step number
 
 
-def project_trace(events: Sequence[EventRecord]) -> TraceView:
-    """The trace of the turns whose events are given (see the module doc)."""
+def project_trace(
+    events: Sequence[EventRecord], *, outside: Sequence[EventRecord] = ()
+) -> TraceView:
+    """The trace of the turns whose events are given, and of the entries `outside` any
+    turn (see the module doc; other events among `outside` are ignored)."""
     ordered = sorted(events, key=lambda event: event.seq)
     fold = _Fold()
     for event in ordered:
         _apply(fold, event)
-    spans = tuple(_turn_span(turn, fold) for _, turn in sorted(fold.turns.items()))
+    turn_spans = [_turn_span(turn, fold) for _, turn in sorted(fold.turns.items())]
+    marks = sorted((e for e in outside if is_mark(e) and e.turn is None), key=lambda e: e.seq)
+    spans = _with_outside(turn_spans, marks)
     rows = _rows(spans)
     starts = [row.span.start for row in rows]
     times = [event.time for turn in fold.turns.values() for event in turn.events]
+    times += [event.time for event in marks]
+    seqs = [event.seq for event in (*ordered, *marks)]
     return TraceView(
         spans=spans,
         rows=rows,
         turns=tuple(sorted(fold.turns)),
         start=min(starts) if starts else None,
         end=max(times) if times else None,
-        first_seq=ordered[0].seq if ordered else None,
-        last_seq=ordered[-1].seq if ordered else None,
+        first_seq=min(seqs) if seqs else None,
+        last_seq=max(seqs) if seqs else None,
         usage=sum((span.usage or Usage() for span in spans), Usage()),
         running=any(turn.end is None for turn in fold.turns.values()),
+    )
+
+
+def _with_outside(turns: list[TraceSpan], marks: list[EventRecord]) -> tuple[TraceSpan, ...]:
+    """The turn spans with each run of `marks` between two of them as an `outside` span."""
+    spans: list[TraceSpan] = []
+    run: list[EventRecord] = []
+    pending = iter(marks)
+    mark = next(pending, None)
+    for turn in [*turns, None]:
+        while mark is not None and (turn is None or mark.seq < turn.start_seq):
+            run.append(mark)
+            mark = next(pending, None)
+        if run:
+            spans.append(_outside_span(run))
+            run = []
+        if turn is not None:
+            spans.append(turn)
+    return tuple(spans)
+
+
+def _outside_span(run: list[EventRecord]) -> TraceSpan:
+    children = tuple(_mark_span(event, None, None) for event in run)
+    first, last = run[0], run[-1]
+    usages = [child.usage for child in children if child.usage is not None]
+    return TraceSpan(
+        kind="outside",
+        key=f"outside-{first.seq}",
+        name=f"{len(run)} entr{'y' if len(run) == 1 else 'ies'} outside turns",
+        status="ok",
+        start=first.time,
+        end=max(first.time, last.time),
+        start_seq=first.seq,
+        end_seq=last.seq,
+        turn=None,
+        step=None,
+        usage=sum(usages, Usage()) if usages else None,
+        outputs=(("entries", len(run)),),
+        children=children,
     )
 
 
@@ -320,13 +372,18 @@ def _apply_in_step(fold: _Fold, turn: _Turn, step: _Step | None, event: EventRec
         (step.claims if step is not None else turn.claims).append(event)
     elif event.type == "user/message":
         _attach_input(fold, turn, step, event)
-    elif event.type in _MARK_EVENTS or _is_system_message(event):
+    elif is_mark(event):
         (step.marks if step is not None else turn.marks).append(event)
 
 
 # Entries that happen at a moment of a turn without taking time: compactions, and Pi 1.6's
 # context edits, usage outside the conversation and system messages.
 _MARK_EVENTS: Final = frozenset({"entry/compaction", "entry/context_edit", "entry/usage"})
+
+
+def is_mark(event: EventRecord) -> bool:
+    """Whether the event adds an entry the trace draws as a moment of its own."""
+    return event.type in _MARK_EVENTS or _is_system_message(event)
 
 
 def _is_system_message(event: EventRecord) -> bool:
@@ -446,8 +503,9 @@ def _turn_span(turn: _Turn, fold: _Fold) -> TraceSpan:
 def _sum_usage(spans: Iterable[TraceSpan]) -> Usage:
     total = Usage()
     for span in spans:
-        # Steps already sum their requests; a turn sums its steps.
-        if span.kind in ("request", "step") and span.usage is not None:
+        # Steps already sum their requests and usage entries; a turn sums its steps and the
+        # usage entries outside them.
+        if span.kind in ("request", "step", "usage") and span.usage is not None:
             total = total + span.usage
     return total
 
@@ -500,7 +558,7 @@ def _step_span(step: _Step, turn: _Turn, fold: _Fold) -> TraceSpan:
         end_seq=closed_by.seq if closed_by is not None else None,
         turn=turn.number,
         step=step.number,
-        usage=_sum_usage(requests),
+        usage=_sum_usage(children),
         error=_error_message(failed),
         inputs=(("turn", turn.number), ("step", step.number)),
         outputs=tuple(outputs),
@@ -792,7 +850,7 @@ def _input_span(item: _Input, turn: int, step: int | None) -> TraceSpan:
     )
 
 
-def _mark_span(event: EventRecord, turn: int, step: int | None) -> TraceSpan:
+def _mark_span(event: EventRecord, turn: int | None, step: int | None) -> TraceSpan:
     entry = event.data.get("entry")
     entry = entry if isinstance(entry, Mapping) else {}
     kind, name, inputs, outputs, usage = _mark_fields(event, entry)

@@ -395,8 +395,10 @@ class LeafQueryIn(Schema):
 
 
 class ContextIn(LeafQueryIn):
-    format: Literal["pi", "provider"] = Field(
-        "pi", description="Pi's context, or the messages a provider is sent"
+    format: Literal["pi", "llm", "provider"] = Field(
+        "pi",
+        description="Pi's context (`pi`); Pi's convertToLlm of it, what Pi hands its "
+        "provider (`llm`); or the messages Strand's own requests send (`provider`)",
     )
 
 
@@ -416,11 +418,15 @@ class TraceIn(LeafQueryIn):
 
 
 class ContextOut(Schema):
-    format: Literal["pi", "provider"]
+    format: Literal["pi", "llm", "provider"]
     leaf_id: str | None
     messages: list[dict[str, Any]]
     thinking_level: str | None
     model: dict[str, Any] | None
+    # Format pi: where each message comes from (one per message); every format: the entries
+    # a context edit left out.
+    sources: list[MessageSourceOut] | None = None
+    omitted: list[MessageSourceOut] = []
 
 
 class TreeIn(LeafQueryIn):
@@ -550,6 +556,14 @@ class ToolSchemaOut(Schema):
     parameters: dict[str, Any]
 
 
+class MessageSourceOut(Schema):
+    """The entry a context message comes from, and the context edit (Pi 1.6) that replaced
+    its content or, among `omitted`, left it out."""
+
+    entry_id: str
+    edit_id: str | None
+
+
 class ContextMessageOut(Schema):
     index: int
     role: str
@@ -557,6 +571,8 @@ class ContextMessageOut(Schema):
     text: str
     tokens: int
     key: str
+    entry_id: str | None = None
+    edit_id: str | None = None
 
 
 class RequestOut(Schema):
@@ -583,6 +599,7 @@ class RequestOut(Schema):
     matches: bool
     error: str | None
     response_entry_id: str | None
+    omitted: list[MessageSourceOut] = []
 
 
 # --- the agent -----------------------------------------------------------------------------

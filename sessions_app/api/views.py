@@ -9,7 +9,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from projections.context import UNSET, to_provider_messages
+from projections.context import CONTEXT_FORMATS, UNSET
 from projections.request import RequestNotFound
 from projections.trace import project_trace
 from sessions_app import access, selectors
@@ -35,21 +35,22 @@ router = Router(tags=["sessions"])
 
 @router.get("/sessions/{session_id}/context", response={200: ContextOut, ERRORS: ErrorOut})
 def context_get(request: HttpRequest, session_id: uuid.UUID, query: Query[ContextIn]) -> Any:
-    """The model context of a leaf: Pi's `buildSessionContext` (`pi`), or the messages a
-    provider is sent after Pi's conversion (`provider`)."""
+    """The model context of a leaf: Pi's `buildSessionContext` (`pi`), Pi's `convertToLlm`
+    of it (`llm`), or the messages Strand's own requests send (`provider`)."""
     session = access.session_for(auth_user(request), session_id)
     leaf = query.leaf
     if leaf is not None:
         check_entry(session, leaf)
     context = selectors.session_context(session, leaf if leaf is not None else UNSET)
-    pi = query.format == "pi"
-    messages = context.messages if pi else to_provider_messages(context.messages)
+    messages = CONTEXT_FORMATS[query.format](context.messages)
     return {
         "format": query.format,
         "leaf_id": leaf if leaf is not None else session.leaf_entry_id,
         "messages": plain(messages),
         "thinking_level": context.thinking_level,
         "model": context.model,
+        "sources": plain(context.sources) if query.format == "pi" and context.sources else None,
+        "omitted": plain(context.omitted),
     }
 
 

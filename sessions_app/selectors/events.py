@@ -77,3 +77,17 @@ def records(rows: Iterable[tuple[Any, ...]]) -> list[EventRecord]:
             loaded = redaction.event_data(type_, loaded)
             out.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
     return out
+
+
+def events_outside_turns(session_id: SessionId, seqs: Iterable[int]) -> list[EventRecord]:
+    """The events at `seqs` that no turn wrote, in seq order."""
+    wanted = list(seqs)
+    if not wanted:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT {_COLUMNS} FROM sessions_app_event "
+            "WHERE session_id = %s AND seq = ANY(%s) AND turn IS NULL ORDER BY seq",
+            [str(session_id), wanted],
+        )
+        return records(cur.fetchall())

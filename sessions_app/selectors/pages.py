@@ -15,13 +15,18 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from projections.chat import ChatView, project_chat
-from projections.records import EntryRecord
+from projections.records import EntryRecord, EventRecord
 from projections.trace import DEFAULT_PAGE_TURNS, TraceSpan, TraceView, pick_turns, project_trace
 from sessions_app.models import Session
 from sessions_app.selectors.ceilings import whole_read_bytes
 from sessions_app.selectors.entries import entry_exists, path_window
-from sessions_app.selectors.events import events_of_turns
-from sessions_app.selectors.turns import all_turns, branch_turns, turns_of_entries
+from sessions_app.selectors.events import events_of_turns, events_outside_turns
+from sessions_app.selectors.turns import (
+    all_turns,
+    branch_turns,
+    turn_start_seq,
+    turns_of_entries,
+)
 
 CHAT_ENTRIES = 300  # the chat shows the path's latest entries; all on request
 
@@ -123,13 +128,53 @@ def trace_window(
     if older is None and not complete and window.turns:
         older = window.turns[0]  # more turns lie further up the path
     events = events_of_turns(session.id, window.turns)
+    outside = _outside_turns(session, leaf, events, first=older is None, before=before)
     return TraceWindow(
-        trace=project_trace(events) if events else None,
+        trace=project_trace(events, outside=outside) if events or outside else None,
         turns=window.turns,
         older=older,
         turn_count=len(numbers),
         complete=complete,
     )
+
+
+# The trace looks for entries added outside turns among the latest entries of the path shown.
+TRACE_OUTSIDE_ENTRIES = 500
+_MARK_TYPES = frozenset({"compaction", "context_edit", "usage"})
+
+
+def _outside_turns(
+    session: Session,
+    leaf: str | None,
+    events: list[EventRecord],
+    *,
+    first: bool,
+    before: int | None,
+) -> list[EventRecord]:
+    """The entries a trace page draws outside its turns: compactions, context edits, usage
+    entries and system messages that no turn added, among the latest TRACE_OUTSIDE_ENTRIES
+    entries of the path to `leaf` (on every scope: the branch shown), between the page's
+    first turn (from the start when no page is older) and the turn after the page."""
+    if leaf is None:
+        return []
+    window = path_window(
+        session, leaf, limit=TRACE_OUTSIDE_ENTRIES, max_bytes=settings.STRAND_API_PAGE_BYTES
+    )
+    low = -1 if first or not events else events[0].seq
+    high = turn_start_seq(session, before) if before is not None else None
+    seqs = [
+        entry.seq
+        for entry in window.entries
+        if _is_mark_entry(entry) and entry.seq > low and (high is None or entry.seq < high)
+    ]
+    return events_outside_turns(session.id, seqs)
+
+
+def _is_mark_entry(entry: EntryRecord) -> bool:
+    if entry.type in _MARK_TYPES:
+        return True
+    message = entry.data.get("message") if entry.type == "message" else None
+    return isinstance(message, dict) and message.get("role") == "system"
 
 
 def selected_span(

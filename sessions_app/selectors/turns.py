@@ -194,3 +194,14 @@ def branch_turns(
         if len(recent) > page:
             return recent, False
     return path_turns(session, leaf), True
+
+
+def turn_start_seq(session: Session, turn: int) -> int | None:
+    """The seq of the first event of `turn`, if it has one."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT min(seq) FROM sessions_app_event WHERE session_id = %s AND turn = %s",
+            [str(session.id), turn],
+        )
+        row = cur.fetchone()
+    return int(row[0]) if row and row[0] is not None else None

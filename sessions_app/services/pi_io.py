@@ -22,7 +22,13 @@ from projections.pi_file import (
     export_lines,
     iter_pi_numbered,
 )
-from projections.pi_system import LeafMove, PromptChange, with_system_messages
+from projections.pi_system import (
+    ForkChain,
+    LeafMove,
+    PromptChange,
+    fork_chain,
+    with_system_messages,
+)
 from projections.records import EntryRecord
 from sessions_app import services, store, workspaces
 from sessions_app.errors import DomainError
@@ -334,14 +340,32 @@ def pi_export_lines(
     writes them: system messages where they changed, and checkpoints on compactions
     (`projections.pi_system`). A session that never sent a request exports its entries
     alone, so an imported file comes back entry for entry."""
+    return export_lines(_header(session), _exported_entries(session, entries))
+
+
+# A fork of a fork of … reads its ancestors' exports for the system state it copied; past
+# this many generations the oldest ones' prompts are left out.
+FORK_GENERATIONS = 8
+
+
+def _exported_entries(
+    session: Session, entries: Iterable[EntryRecord] | None = None, generation: int = 0
+) -> Iterable[dict[str, Any] | Any]:
+    """The session's entries as its export writes them. A fork's copied entries carry the
+    system messages and checkpoints of its parent's export on the path it copied."""
     found = store.entries_of(session.id) if entries is None else entries
     changes, moves = _prompt_history(session)
-    data = (
-        with_system_messages(found, changes, moves, session.id)
-        if changes
-        else (e.data for e in found)
-    )
-    return export_lines(_header(session), data)
+    inherited = _fork_chain(session, generation)
+    if not changes and not inherited:
+        return (e.data for e in found)
+    return with_system_messages(found, changes, moves, session.id, inherited=inherited)
+
+
+def _fork_chain(session: Session, generation: int) -> ForkChain:
+    parent = session.parent
+    if parent is None or not session.fork_point or generation >= FORK_GENERATIONS:
+        return ()
+    return fork_chain(_exported_entries(parent, generation=generation + 1), session.fork_point)
 
 
 def _prompt_history(session: Session) -> tuple[list[PromptChange], list[LeafMove]]:

@@ -358,6 +358,24 @@ def test_import_then_export_round_trips_the_entries(as_alice: Api) -> None:
     assert back[1:] == lines[1:]
 
 
+PI16_CASES = CASES.parent / "v1.6" / "cases"
+
+
+@pytest.mark.parametrize("name", ["system_messages", "context_edits", "compactions16", "roots"])
+def test_the_llm_format_is_pi_s_convert_to_llm_at_every_leaf(as_alice: Api, name: str) -> None:
+    """A Pi 1.6 file imported through the API: its context in the `llm` format is, for
+    every entry as the leaf, what Pi 1.6.0's convertToLlm gave for that leaf."""
+    response = upload(as_alice, (PI16_CASES / f"{name}.jsonl").read_bytes())
+    session_id = body_of(response)["session"]["id"]
+    records = json.loads((PI16_CASES / f"{name}.contexts.json").read_text("utf-8"))
+    leaves = [r for r in records if isinstance(r.get("leafId"), str) and r["leafId"] != "ffffffff"]
+    assert leaves
+    for record in leaves:
+        path = f"/sessions/{session_id}/context?format=llm&leaf={record['leafId']}"
+        view = body_of(as_alice.get(path))
+        assert view["format"] == "llm" and view["messages"] == record["llm"], record["leafId"]
+
+
 def test_import_refusals(as_alice: Api, settings: Any) -> None:
     broken = upload(as_alice, b"this is not a pi file\n")
     assert broken.status_code == 422 and body_of(broken)["error"] == "invalid_pi_file"

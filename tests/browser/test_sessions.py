@@ -365,3 +365,33 @@ def test_the_export_of_a_pi16_file_draws_its_usage_entries(
         "Usage outside the conversation (cache_warm, anthropic/claude-sonnet-4-5): 20000 tokens, $0.0060"
     )
     offline.close()
+
+
+def test_a_pi16_file_with_several_roots_draws_each_root_and_moves_between_them(
+    signed_in: Page, db_access: None
+) -> None:
+    page = signed_in
+    cases = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "v1.6" / "cases"
+    page.set_input_files(".import input[type=file]", str(cases / "roots.jsonl"))
+    page.click(".import button[type=submit]")
+    expect(page.locator(".session-head h1")).to_be_visible()
+    tree = page.locator("#tree")
+    expect(tree.locator(".tree-count")).to_contain_text("4 roots")
+    expect(tree.locator('.node[data-depth="0"]')).to_have_count(4)
+    chat = page.locator("#chat")
+    expect(chat).to_contain_text("uuid child")  # the file's last line is its leaf
+    expect(chat).not_to_contain_text("first try")
+    # Another root, by click: its branch alone is the chat.
+    tree.locator(".node-text", has_text="second answer").click()
+    expect(chat).to_contain_text("second try, new root")
+    expect(chat).not_to_contain_text("uuid child")
+    expect(tree.locator(".node.current")).to_contain_text("second answer")
+    # The first root's branch starts with its system message, shown as what it is.
+    page.wait_for_load_state("networkidle")
+    tree.locator(".node-text", has_text="sideways answer").click()
+    expect(chat.locator("details.system-message")).to_have_count(1)
+    expect(chat).to_contain_text("sideways")
+    expect(chat).not_to_contain_text("second try")
+    page.goto(page.url.split("?")[0] + "?view=trace")
+    expect(page.locator("#view")).to_contain_text("1 entry outside turns")
+    expect(page.locator("#view .span.kind-system")).to_have_count(1)

@@ -225,6 +225,37 @@ def test_compaction_card_sits_where_kept_messages_begin_and_holds_the_replaced_o
     assert [item.entry_id for item in view.items[1:]] == [ids[k] for k in ("u2", "a2", "u3", "a3")]
 
 
+def test_a_compaction_card_holds_its_system_checkpoint() -> None:
+    log = SessionLog()
+    log.user("first")
+    checkpoint = {
+        "role": "system",
+        "content": "appended text",
+        "sections": {"preamble": "You are helpful.", "old": None},
+        "toolsAdded": [{"name": "read"}, {"name": "edit"}],
+        "timestamp": 5,
+    }
+    first = log.compaction("S.", None, 100)
+    plain = project_chat(log.entries, log.leaf).items[0]
+    assert isinstance(plain, CompactionItem) and plain.checkpoint is None
+    log.add_entry(
+        "compaction",
+        {
+            "summary": "T.",
+            "firstKeptEntryId": first,
+            "tokensBefore": 9,
+            "systemMessage": checkpoint,
+        },
+    )
+
+    card = project_chat(log.entries, log.leaf).items[0]
+
+    assert isinstance(card, CompactionItem) and card.checkpoint is not None
+    assert card.checkpoint.sections == (("preamble", "You are helpful."), ("old", None))
+    assert card.checkpoint.tools_added == ("read", "edit")
+    assert card.checkpoint.text == "appended text"
+
+
 def test_chained_compactions_nest_their_cards() -> None:
     log, ids = compacted_session()
     second = log.compaction("Three questions.", ids["u3"], 7000)

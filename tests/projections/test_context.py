@@ -16,14 +16,17 @@ from projections.context import (
     SessionContext,
     UnsetType,
     build_session_context,
+    convert_to_llm,
     index_by_id,
     js_date_ms,
     path_to_root,
+    pi_bash_execution_text,
     to_provider_messages,
 )
 from projections.pi_file import iter_pi_entries
 from projections.records import EntryRecord
 from projections.tokens import estimate_tokens, js_json_stringify
+from tests.projections.conftest import PI_FIXTURES
 
 if TYPE_CHECKING:
     from tests.projections.conftest import PiCase
@@ -958,6 +961,80 @@ def test_provider_messages_follow_pi_s_convert_to_llm(pi_case: PiCase) -> None:
             else:
                 assert any(m is source or m == source for m in ours)
         assert all(m["role"] in ("user", "assistant", "toolResult") for m in ours)
+
+
+def pi_llm_records(pi_case: PiCase) -> list[dict[str, Any]]:
+    """Pi 1.6.0's `convertToLlm` of each context of the case: recorded beside the context in
+    a 1.6 case, and for a 0.73.1 case by the 1.6 generator (`llm_of_0.73.1.json`)."""
+    if pi_case.pi_version != "0.73.1":
+        return pi_case.contexts()
+    recorded = json.loads((PI_FIXTURES / "v1.6" / "llm_of_0.73.1.json").read_text("utf-8"))
+    records_: list[dict[str, Any]] = recorded[pi_case.name]
+    return records_
+
+
+def test_pi_format_provider_view_is_pi_s_convert_to_llm_word_for_word(pi_case: PiCase) -> None:
+    """For every leaf of every case, Strand's context through `convert_to_llm` is what Pi
+    1.6.0's `convertToLlm` gives: system messages passed on, summaries, bash executions
+    and custom messages in Pi's own words."""
+    source = pi_case.migrated_path or pi_case.path
+    entries = records(file_entries(source))
+    expected = pi_llm_records(pi_case)
+    assert expected and all("llm" in record for record in expected)
+    for record in expected:
+        leaf = record.get("leafId", UNSET)
+        context = build_session_context(entries, leaf)
+        ours = json.loads(json.dumps(convert_to_llm(context.messages)))
+        assert ours == record["llm"], f"leaf {leaf!r}"
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ({"command": "ls", "output": "a\n", "exitCode": 0}, "Ran `ls`\n```\na\n\n```"),
+        ({"command": "x", "output": "", "exitCode": None}, "Ran `x`\n(no output)"),
+        (
+            {"output": "o", "exitCode": 2},
+            "Ran `undefined`\n```\no\n```\n\nCommand exited with code 2",
+        ),
+        (
+            {"command": "t", "cancelled": True, "exitCode": 1, "truncated": True},
+            "Ran `t`\n(no output)\n\n(command cancelled)",
+        ),
+        (
+            {"command": "f", "output": "x", "truncated": True, "fullOutputPath": "/tmp/o"},
+            "Ran `f`\n```\nx\n```\n\n[Output truncated. Full output: /tmp/o]",
+        ),
+        ({"command": 3, "output": ["a", None, 1.5]}, "Ran `3`\n```\na,,1.5\n```"),
+    ],
+)
+def test_bash_executions_read_as_pi_writes_them(fields: dict[str, Any], text: str) -> None:
+    assert pi_bash_execution_text({"role": "bashExecution", **fields}) == text
+
+
+def test_convert_to_llm_keeps_undefined_keys_out_and_drops_unknown_roles() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "custom", "customType": "note"},  # no content, no timestamp
+        {"role": "compactionSummary", "tokensBefore": 5, "timestamp": 3},  # no summary
+        {"role": "hookMessage", "content": "x"},
+        {"role": "bashExecution", "command": "c", "excludeFromContext": True},
+        {"role": "system", "content": "", "sections": {"a": "b"}},
+    ]
+    assert convert_to_llm(messages) == [
+        {"role": "user"},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "The conversation history before this point was compacted into the "
+                    "following summary:\n\n<summary>\nundefined\n</summary>",
+                }
+            ],
+            "timestamp": 3,
+        },
+        messages[4],
+    ]
 
 
 # --- Pi 1.6: system messages, checkpoints, context edits -------------------------------

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from projections.chat import Usage
 from projections.records import EventRecord
 from projections.trace import TraceSpan, TraceView, TurnWindow, pick_turns, project_trace
@@ -293,9 +295,40 @@ def test_pi16_entries_inside_a_turn_are_instant_spans_of_their_own_kind() -> Non
     warm = only(view, "usage")
     assert warm.name == "usage: cache_warm" and warm.usage is not None
     assert warm.usage.cost == 0.015
+    # Usage outside the conversation counts in its step's, its turn's and the trace's cost.
+    assert only(view, "step").usage.cost == 0.015  # type: ignore[union-attr]
+    assert view.spans[0].usage.cost == 0.015 and view.usage.cost == 0.015  # type: ignore[union-attr]
     sys_span = only(view, "system")
     assert io(sys_span.inputs) == {"sections": "rules"}
     assert io(sys_span.outputs)["tools_added"] == "grep"
+
+
+def test_pi16_entries_outside_turns_are_drawn_as_what_they_are_between_the_turns() -> None:
+    log = SessionLog()
+    first = log.user("imported")  # no turn: as an imported Pi session holds it
+    system = {"role": "system", "content": "", "sections": {"rules": "be brief"}, "timestamp": 0}
+    log.add_entry("message", {"message": system}, event_type="entry/message")
+    log.add_entry("context_edit", {"targetId": first, "replacement": None})
+    log.header()
+    tool_turn(log)
+    warm = {"kind": "cache_warm", "provider": "p", "model": "m", "usage": usage(5, 0, 0.25)}
+    log.add_entry("usage", warm)
+
+    turn_events = [e for e in log.events if e.turn is not None]
+    view = project_trace(turn_events, outside=log.events)
+
+    assert [span.kind for span in view.spans] == ["outside", "turn", "outside"]
+    before, _, after = view.spans
+    assert [child.kind for child in before.children] == ["system", "context_edit"]
+    assert before.name == "2 entries outside turns" and before.turn is None
+    assert io(before.children[1].inputs) == {"target_id": first}
+    assert before.children[1].name == "context edit (omit)"
+    assert [child.kind for child in after.children] == ["usage"]
+    assert after.usage is not None and after.usage.cost == 0.25
+    assert view.usage.cost == pytest.approx(0.25 + 0.001 + 0.002)
+    # The user message outside turns is no moment of its own, and nothing is drawn twice.
+    assert len({row.span.key for row in view.rows}) == len(view.rows)
+    assert project_trace([], outside=log.events).spans[0].kind == "outside"
 
 
 def two_turn_log() -> SessionLog:

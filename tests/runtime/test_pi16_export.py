@@ -105,3 +105,51 @@ def test_a_strand_session_s_export_imports_and_exports_back_the_same(make_sessio
     ours = json.loads(json.dumps(build_session_context(store.entries_of(again.id)).to_pi()))
     theirs = next(r for r in pi16_opens(path)["contexts"] if "leafId" not in r)["context"]
     assert ours == theirs and ours["messages"][0]["role"] == "system"
+
+
+def test_a_fork_exports_its_copied_entries_with_the_parent_s_system_messages(
+    make_session, tmp_path
+):
+    from sessions_app import services
+
+    session = make_session(keep_recent_tokens=20)
+    agent.agent_send_message(session.id, "read notes.txt and search for TODO")
+    wait_done(session)
+    agent.agent_compact(session.id)
+    session.refresh_from_db()
+    fork = services.session_fork(
+        session=session, entry_id=session.leaf_entry_id, owner=session.owner
+    )
+    agent.agent_send_message(fork.id, "hello")
+    wait_done(fork)
+    fork.refresh_from_db()
+
+    parent_path = tmp_path / "parent.jsonl"
+    parent_path.write_text("".join(pi_export_lines(session)), encoding="utf-8")
+    fork_path = tmp_path / "fork.jsonl"
+    fork_path.write_text("".join(pi_export_lines(fork)), encoding="utf-8")
+    parent = {r.get("leafId"): r["context"] for r in pi16_opens(parent_path)["contexts"]}
+    pi = pi16_opens(fork_path)
+    assert pi["rewritten"] is False and pi["leafId"] == fork.leaf_entry_id
+    theirs = {r.get("leafId"): r["context"] for r in pi["contexts"]}
+    entries = store.entries_of(fork.id)
+    copied = [e for e in entries if e.id in parent]
+    assert copied and len(copied) < len(entries)
+    for entry in copied:  # the copied path reads to Pi as it did in the parent
+        assert theirs[entry.id] == parent[entry.id], entry.id
+    for entry in entries:
+        ours = json.loads(json.dumps(build_session_context(entries, entry.id).to_pi()))
+        without_system = [m for m in theirs[entry.id]["messages"] if m["role"] != "system"]
+        assert {**theirs[entry.id], "messages": without_system} == ours, entry.id
+    prompt, tools = replayed(theirs[fork.leaf_entry_id]["messages"])
+    assert prompt == headers(fork)[-1]["system_prompt"]
+    assert tools == [t["name"] for t in headers(fork)[-1]["tools"]]
+    # The fork's own first request had the parent's prompt and tools: no system message anew.
+    lines = [json.loads(x) for x in fork_path.read_text().splitlines()[1:]]
+    systems = [e for e in lines if e.get("message", {}).get("role") == "system"]
+    assert systems and all(e["id"] not in {x.id for x in entries} for e in systems)
+    assert len(systems) == sum(
+        1
+        for e in map(json.loads, parent_path.read_text().splitlines()[1:])
+        if e.get("message", {}).get("role") == "system"
+    )

@@ -87,3 +87,50 @@ def test_the_context_view_says_which_edit_replaced_or_omitted_what(alice: User) 
     before = client_for(alice).get(url, {"view": "context", "leaf": ids["a2"]}).content.decode()
     assert "Secret: hunter2. Read b.txt" in messages_of(before)
     assert "context edit" not in messages_of(before)
+
+
+def test_the_context_view_shows_what_pi_sends_for_a_summary_and_links_pi_s_provider_view(
+    alice: User,
+) -> None:
+    url, ids = imported("compactions16", alice)
+    client = client_for(alice)
+    html = client.get(url, {"view": "context"}).content.decode()
+    shown = messages_of(html)
+    assert "As Pi sends it (convertToLlm): a user message" in shown
+    assert "The conversation history before this point was compacted" in shown
+    link = html.index('class="small pi-llm-link" href="')
+    href = html[link:].split('href="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+    answer = client.get(href)
+    assert answer.status_code == 200 and answer.json()["format"] == "llm"
+    leaf = json.loads((CASES / "compactions16.leaf.json").read_text())["leafId"]
+    records = json.loads((CASES / "compactions16.contexts.json").read_text())
+    [pi] = [r["llm"] for r in records if r.get("leafId") == leaf]
+    assert answer.json()["messages"] == pi
+
+
+def test_the_trace_of_an_imported_session_shows_its_entries_outside_turns(alice: User) -> None:
+    """An imported Pi file has no turns; its system messages, context edits and usage
+    entries are in the trace all the same, as what they are, with their details."""
+    client = client_for(alice)
+    url, ids = imported("context_edits", alice)
+    html = client.get(url, {"view": "trace", "leaf": ids["a3"]}).content.decode()
+    assert "No turns" not in html and "entries outside turns" in html
+    assert '<span class="kind">context_edit</span> context edit (replace)' in html
+    assert '<span class="kind">context_edit</span> context edit (omit)' in html
+    assert '<span class="kind">system</span> system message' in html
+    key = html.split('data-span="context_edit-', 1)[1].split('"', 1)[0]
+    detail = client.get(url, {"view": "trace", "leaf": ids["a3"], "span": f"context_edit-{key}"})
+    assert ids["u1"] in detail.content.decode().split('id="span-detail"', 1)[1]
+    url, ids = imported("usage_entries", alice)
+    html = client.get(url, {"view": "trace", "leaf": ids["a2"]}).content.decode()
+    assert '<span class="kind">usage</span> usage: cache_warm' in html
+    toolbar = html.split('class="toolbar', 1)[1].split("</div>", 1)[0]
+    assert "$0.02" in toolbar  # the two usage entries of the branch: $0.015 and $0.00033
+
+
+def test_a_compaction_card_shows_the_system_state_it_keeps(alice: User) -> None:
+    url, ids = imported("compactions16", alice)
+    html = client_for(alice).get(url, {"view": "chat", "leaf": ids["a3"]}).content.decode()
+    card = html.split(f'id="entry-{ids["c1"]}"', 1)[1].split("Summary the model sees", 1)[0]
+    assert "System state kept" in card and "tools: read" in card
+    assert "You are helpful." in card and "cwd: /b" in card

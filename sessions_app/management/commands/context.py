@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from projections.context import UNSET, to_provider_messages
+from projections.context import CONTEXT_FORMATS, UNSET
 from sessions_app import selectors
 from sessions_app.management.base import StrandCommand, session_by_id
 
@@ -13,7 +13,8 @@ from sessions_app.management.base import StrandCommand, session_by_id
 class Command(StrandCommand):
     help = (
         "Print the model context of a session's leaf as JSON: --format pi gives exactly what "
-        "Pi's buildSessionContext returns; --format provider gives the provider messages."
+        "Pi's buildSessionContext returns; --format llm Pi's convertToLlm of it (what Pi hands "
+        "its provider); --format provider the messages Strand's own requests send."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -24,7 +25,7 @@ class Command(StrandCommand):
             metavar="ENTRY_ID|null",
             help="the leaf to build for (default: the session's current leaf; null: no leaf)",
         )
-        parser.add_argument("--format", choices=["pi", "provider"], default="pi")
+        parser.add_argument("--format", choices=list(CONTEXT_FORMATS), default="pi")
 
     def handle(self, *args: Any, **options: Any) -> None:
         session = session_by_id(options["session_id"])
@@ -37,5 +38,5 @@ class Command(StrandCommand):
         if options["format"] == "pi":
             value: Any = context.to_pi()
         else:
-            value = to_provider_messages(context.messages)
+            value = CONTEXT_FORMATS[options["format"]](context.messages)
         self.stdout.write(json.dumps(value, ensure_ascii=False, indent=2))
