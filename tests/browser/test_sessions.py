@@ -238,10 +238,13 @@ def test_import_a_pi_file_and_see_its_tree(signed_in: Page, db_access: None) -> 
     expect(page.locator("#tree .chip.t-compaction").first).to_be_visible()
     expect(page.locator("#tree .label-badge").first).to_be_visible()
     screenshot(page, "11-imported-pi-tree")
+    received = page.evaluate("window.strandLive.received.length")
     page.locator("#tree .node.t-compaction .node-text").last.click()
     expect(page.locator("#chat details.compaction").first).to_be_visible()
-    # The move redraws the chat and the tree; open the card once those swaps are done, or a
-    # late swap draws it closed again.
+    # The move redraws the chat and the tree, then its `leaf/moved` comes back over the socket
+    # and refreshes them once more; open the card once that is done, or the late swap draws it
+    # closed again.
+    page.wait_for_function(f"() => window.strandLive.received.length > {received}")
     page.wait_for_load_state("networkidle")
     page.locator("#chat details.compaction > summary").first.click()
     expect(page.locator("#chat details.compaction .replaced").first).to_be_visible()
