@@ -92,6 +92,14 @@ class SessionLog(Protocol):
         """Root→leaf path (empty for an unknown leaf)."""
         ...
 
+    async def workspace_snapshots(
+        self, session_id: str, path: Sequence[EntryRecord]
+    ) -> list[EventRecord]:
+        """The `workspace/snapshot` events the fold at the end of `path` (root→entry)
+        needs, oldest first: at least the newest checkpoint on the path that holds all
+        before it and the path's snapshots after it. A store may return every snapshot."""
+        ...
+
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         """The tail of the root→leaf path that a context and a compaction read: from the
         latest compaction's first kept entry (or from that compaction) to the leaf, or the

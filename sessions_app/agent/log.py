@@ -13,7 +13,7 @@ from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSe
 from sessions_app import presets, store, workspaces
 from sessions_app.agent.admission import PlaceHolder, TurnPlace
 from sessions_app.agent.lock import PgTurnLock
-from sessions_app.selectors import context, events
+from sessions_app.selectors import context, events, workspace
 from sessions_app.selectors import runtime as reads
 from sessions_app.store import blobs
 
@@ -120,6 +120,11 @@ class PostgresLog:
 
     async def path(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         return await self._engine.db(reads.path, session_id, leaf_id)
+
+    async def workspace_snapshots(
+        self, session_id: str, path: Sequence[EntryRecord]
+    ) -> list[EventRecord]:
+        return await self._engine.db(workspace.snapshot_events_for_path, session_id, path)
 
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         """The kept window of the leaf's path: entries record their path's latest

@@ -205,7 +205,10 @@ def _error_body(exc: Exception) -> tuple[int, dict[str, Any]]:
         }
     if isinstance(exc, (DomainError, AgentError)):
         status = _STATUS_BY_CODE.get(exc.code, 422)
-        return status, {"error": exc.code, "detail": str(exc)}
+        body = {"error": exc.code, "detail": str(exc)}
+        if member := getattr(exc, "member", ""):  # an upload's refused member
+            body["member"] = str(member)
+        return status, body
     if isinstance(exc, ConfigError):
         return 422, {"error": "invalid_preset", "detail": str(exc)}
     if isinstance(exc, RequestNotFound):

@@ -148,6 +148,11 @@ class FakeLog:
             current = entries.get(current.parent_id) if current.parent_id else None
         return path[::-1]
 
+    async def workspace_snapshots(
+        self, session_id: str, path: Sequence[EntryRecord]
+    ) -> list[EventRecord]:
+        return await self.events_of_types(session_id, ("workspace/snapshot",))
+
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         return await self.path(session_id, leaf_id)
 

@@ -1,0 +1,18 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("sessions_app", "0012_workspace_blobs"),
+    ]
+
+    operations = [
+        migrations.AddIndex(
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(("type", "workspace/snapshot")),
+                fields=["session", "seq"],
+                name="event_snapshot_seq",
+            ),
+        ),
+    ]
