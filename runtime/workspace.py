@@ -3,7 +3,7 @@ bringing it to the workspace of the entry a turn starts from.
 
 The folder on disk is a cache of the `workspace/snapshot` facts. Which entry it shows is
 itself read from the log: the entry of the newest snapshot, or the leaf a turn ended at
-when a turn ended after it. Three moments record a snapshot:
+when a turn ended after it. Four moments record a snapshot:
 
 - after a tool call that may change files: what the scan finds, at the call's result
   (reason `tool`), in the same append as that result;
@@ -11,6 +11,9 @@ when a turn ended after it. Three moments record a snapshot:
   the entry the folder showed (reason `outside`), so nothing is ever lost;
 - then, when the turn starts from another entry: `restore` at that entry, in the same
   append as `turn/start`, after which the folder is rewritten to that entry's workspace.
+- when crash recovery closes a turn whose process died: what its tools left in the folder
+  (reason `recovery`, at the entry the folder shows), in the same append as the `turn/end`
+  that closes it; failing that, the next turn records it so, before anything else.
 
 A scan compares each file's size and modification time with the manifest first and hashes
 only what differs; contents go to the owner's blob store before the snapshot naming them.
@@ -331,6 +334,20 @@ class WorkspaceRecorder:
         self.manifest = target
         out.facts.append(self._record("restore", start, {}, ()))
         return out
+
+    async def after_recovery(self) -> NewFact | None:
+        """For closing a dead process's turn: what its tools left in the folder, as a
+        `recovery` snapshot at the entry the folder shows (where the next turn would record
+        it); None when the folder holds what the facts say."""
+        if self.root is None:
+            return None
+        shown = await self._load()
+        found = await asyncio.to_thread(scan, self.root, self.manifest, self.quota)
+        if found.empty:
+            return None
+        await self.log.put_blobs(self.sid, found.blobs)
+        self.manifest = found.manifest
+        return self._record("recovery", shown, found.files, found.deleted)
 
     async def settle(self, files: TurnStartFiles) -> None:
         """Bring the folder to the workspace the facts now say it shows."""

@@ -17,8 +17,9 @@ from django.db import connection
 
 from projections.records import EntryRecord, EventRecord
 from projections.workspace import SNAPSHOT, Manifest, Snapshot, fold_workspace, snapshot_of
+from runtime.workspace import LEAF_TYPES, shown_entry
 from sessions_app import store
-from sessions_app.selectors.events import _COLUMNS, records
+from sessions_app.selectors.events import _COLUMNS, latest_event, records
 from sessions_app.selectors.runtime import events_of_types
 
 # Checkpoints looked at per query while walking back for one that holds the path.
@@ -101,3 +102,23 @@ def workspace_at(session_id: uuid.UUID | str, entry_id: str | None) -> Manifest 
             return None
     events = snapshot_events_for_path(session_id, path)
     return fold_workspace([e.id for e in path], [snapshot_of(e) for e in events])
+
+
+def folder_shows(session_id: uuid.UUID | str) -> tuple[str | None, bool]:
+    """The entry the session's folder shows (`runtime.workspace.folder_entry`, read here),
+    and whether the turn that left it there was interrupted."""
+    sid = str(session_id)
+    last = latest_event(sid, (SNAPSHOT,))
+    ended = latest_event(sid, ("turn/end",))
+    leaf: EventRecord | None = None
+    if ended is not None and (last is None or last.seq < ended.seq):
+        leaf = latest_event(sid, LEAF_TYPES, before_seq=ended.seq)
+    return shown_entry(last, ended, leaf)
+
+
+def path_snapshots(
+    session_id: uuid.UUID | str, entry_id: str | None
+) -> tuple[list[EntryRecord], list[Snapshot]]:
+    """The path to `entry_id` and the snapshots the fold at it reads."""
+    path = [] if entry_id is None else store.path_to_root(session_id, entry_id)
+    return path, [snapshot_of(e) for e in snapshot_events_for_path(session_id, path)]

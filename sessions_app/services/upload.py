@@ -25,30 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from projections.records import EntryRecord, EventRecord
 from projections.workspace import (
     SNAPSHOT,
     Manifest,
     Snapshot,
     WorkspaceFile,
     fold_workspace,
-    snapshot_of,
     workspace_change,
 )
 from runtime.tools import WorkspaceQuota
-from runtime.workspace import (
-    LEAF_TYPES,
-    WorkspaceTooLarge,
-    materialize,
-    scan,
-    shown_entry,
-    snapshot_fact,
-)
+from runtime.workspace import WorkspaceTooLarge, materialize, scan, snapshot_fact
 from sessions_app import store, workspaces
 from sessions_app.errors import DomainError
 from sessions_app.models import Session
-from sessions_app.selectors.events import latest_event
-from sessions_app.selectors.workspace import snapshot_events_for_path, workspace_at
+from sessions_app.selectors.workspace import folder_shows, path_snapshots, workspace_at
 from sessions_app.services import session_turn_lock
 from sessions_app.services.upload_archive import (
     Budget,
@@ -133,8 +123,8 @@ def workspace_upload(*, session: Session, files: Sequence[UploadedFile]) -> Uplo
     with session_turn_lock(session.id):
         session.refresh_from_db(fields=["last_seq", "leaf_entry_id"])
         leaf = session.leaf_entry_id
-        shown, interrupted = _folder_entry(session.id)
-        shown_path, snapshots = _read(session.id, shown)
+        shown, interrupted = folder_shows(session.id)
+        shown_path, snapshots = path_snapshots(session.id, shown)
         known = fold_workspace([e.id for e in shown_path], snapshots)
         try:
             found = scan(root, known, quota)
@@ -154,7 +144,7 @@ def workspace_upload(*, session: Session, files: Sequence[UploadedFile]) -> Uplo
         before: Manifest = found.manifest
         current = before
         if leaf != shown:
-            leaf_path, leaf_snapshots = _read(session.id, leaf)
+            leaf_path, leaf_snapshots = path_snapshots(session.id, leaf)
             snapshots = [*leaf_snapshots, *recorded]
             ids = [e.id for e in leaf_path]
             target = fold_workspace(ids, snapshots)
@@ -226,18 +216,3 @@ def _rewrite(
         old = blobs_get(owner_id=owner_id, shas={f.sha256 for f in undo.write.values()})
         materialize(root, after, before, {**have, **old})
         raise
-
-
-def _folder_entry(session_id: object) -> tuple[str | None, bool]:
-    last = latest_event(str(session_id), (SNAPSHOT,))
-    ended = latest_event(str(session_id), ("turn/end",))
-    leaf: EventRecord | None = None
-    if ended is not None and (last is None or last.seq < ended.seq):
-        leaf = latest_event(str(session_id), LEAF_TYPES, before_seq=ended.seq)
-    return shown_entry(last, ended, leaf)
-
-
-def _read(session_id: object, entry_id: str | None) -> tuple[list[EntryRecord], list[Snapshot]]:
-    path = [] if entry_id is None else store.path_to_root(str(session_id), entry_id)
-    events = snapshot_events_for_path(str(session_id), path)
-    return path, [snapshot_of(e) for e in events]

@@ -77,6 +77,7 @@ def test_a_read_after_10000_snapshots_reads_one_checkpoint_and_its_tail(alice: A
         parent = entry_id
     append(session, events)
     leaf = parent
+    assert leaf is not None
 
     path = store.path_to_root(session.id, leaf)
     with CaptureQueriesContext(connection) as queries:
