@@ -93,13 +93,14 @@ def _served(report: Report, roots: Path) -> Path:
         folder = Path(session.cwd)
         _fill(folder)
         first = _turn(http, base, session)
-        report.add(
+        _add(
+            report,
             Row(
                 GROUP,
                 f"first turn over {FILES:,} files made by hand ({FILES * FILE_BYTES // 10**6} MB)",
                 f"{first:.0f} ms",
                 note="hashes and stores every file (`outside`)",
-            )
+            ),
         )
         _edit(folder, SWITCHED, "on the branch")
         before = _last(session)
@@ -114,7 +115,8 @@ def _served(report: Report, roots: Path) -> Path:
                 _move(http, base, session, target)
                 switch.append(_turn(http, base, session, expect_restore=SWITCHED))
         still, moved = statistics.median(stay), statistics.median(switch)
-        report.add(
+        _add(
+            report,
             Row(
                 GROUP,
                 f"branch switch: a turn from another entry, {SWITCHED} files restored",
@@ -122,24 +124,26 @@ def _served(report: Report, roots: Path) -> Path:
                 "< 2000 ms",
                 "ok" if moved < 2000 else "over",
                 f"the same turn with no restore: {still:.0f} ms (POST to turn/end, through daphne)",
-            )
+            ),
         )
         leaf = Session.objects.get(id=session.id).leaf_entry_id
         listed = _fetch(http, f"{base}/{session.id}/files?entry={leaf}&limit=200")
-        report.add(
+        _add(
+            report,
             Row(
                 GROUP,
                 f"file list API at the leaf ({FILES:,} files, a page of 200)",
                 f"{listed:.0f} ms",
-            )
+            ),
         )
         tar = _fetch(http, f"{base}/{session.id}/workspace.tar?entry={leaf}", runs=3)
-        report.add(
+        _add(
+            report,
             Row(
                 GROUP,
                 f"tar download of the workspace ({FILES * FILE_BYTES // 10**6} MB)",
                 f"{tar:.0f} ms",
-            )
+            ),
         )
     finally:
         daphne.stop(server)
@@ -222,17 +226,19 @@ def _in_process(report: Report, folder: Path) -> None:
     quota = WorkspaceQuota(max_bytes=0, max_entries=0)
     known = scan(folder, {}, quota).manifest
     quiet, _ = median_of(5, lambda: _timed(lambda: scan(folder, known, quota)))
-    report.add(
+    _add(
+        report,
         Row(
             GROUP,
             f"scan that finds nothing changed ({FILES:,} files)",
             f"{quiet:.1f} ms",
             "< 100 ms",
             "ok" if quiet < 100 else "over",
-        )
+        ),
     )
     session = services.session_create(owner=owner, title="workspace bench edits", cwd="")
-    store.append_events(session.id, 0, [NewEvent("user/message", _message("edits"))])
+    edits = {"entry": {"type": "message", "message": {"role": "user", "content": "edits"}}}
+    store.append_events(session.id, 0, [NewEvent("user/message", edits)])
     session.refresh_from_db()
     path = [str(session.leaf_entry_id)]
     recorded: list[Snapshot] = []
@@ -264,7 +270,8 @@ def _in_process(report: Report, folder: Path) -> None:
     times = [one_edit(line) for line in range(EDITS)]
     grown = _table_bytes(connection) - sizes
     write = statistics.median(times)
-    report.add(
+    _add(
+        report,
         Row(
             GROUP,
             "snapshot after a one-file write (scan, blob, append)",
@@ -272,12 +279,13 @@ def _in_process(report: Report, folder: Path) -> None:
             "< 20 ms",
             "ok" if write < 20 else "over",
             f"median of {EDITS}; a checkpoint (the whole manifest) every 32 is in it",
-        )
+        ),
     )
     events = [e for e in store.events_after(session.id, 0, 10_000) if e.type == SNAPSHOT]
     plain = statistics.median(len(_json(e.data)) for e in events if not e.data.get("full"))
     full = statistics.median(len(_json(e.data)) for e in events if e.data.get("full"))
-    report.add(
+    _add(
+        report,
         Row(
             GROUP,
             f"bytes stored per snapshot of a one-line edit (a {FILE_BYTES // 1000} KB file)",
@@ -286,7 +294,7 @@ def _in_process(report: Report, folder: Path) -> None:
                 f"table growth over {EDITS} edits / {EDITS}: the new content whole, the event "
                 f"({plain:.0f} B of JSON; a checkpoint's {full / 1000:.0f} KB every 32)"
             ),
-        )
+        ),
     )
 
 
@@ -333,7 +341,8 @@ def _fold(report: Report) -> None:
         session.refresh_from_db(fields=["last_seq"])
         store.append_events(session.id, session.last_seq, events[start : start + 1000])
     folded, _ = median_of(10, lambda: _timed(lambda: workspace_at(session.id, parent)))
-    report.add(
+    _add(
+        report,
         Row(
             GROUP,
             f"fold at a leaf after {SNAPSHOTS:,} snapshots (path of {SNAPSHOTS:,} entries)",
@@ -341,12 +350,18 @@ def _fold(report: Report) -> None:
             "< 50 ms",
             "ok" if folded < 50 else "over",
             "workspace_at: the path, the checkpoint and its tail from Postgres, then the fold",
-        )
+        ),
     )
 
 
 def _message(text: str) -> dict[str, Any]:
     return {"entry": {"type": "message", "message": {"role": "custom", "content": text}}}
+
+
+def _add(report: Report, row: Row) -> None:
+    report.add(row)
+    if row.note:
+        print(f"    {row.note}", flush=True)
 
 
 def _timed(work: Any) -> float:

@@ -93,11 +93,13 @@ class SessionLog(Protocol):
         ...
 
     async def workspace_snapshots(
-        self, session_id: str, path: Sequence[EntryRecord]
-    ) -> list[EventRecord]:
-        """The `workspace/snapshot` events the fold at the end of `path` (root→entry)
-        needs, oldest first: at least the newest checkpoint on the path that holds all
-        before it and the path's snapshots after it. A store may return every snapshot."""
+        self, session_id: str, entry_id: str | None
+    ) -> tuple[list[str], list[EventRecord]]:
+        """What the fold at `entry_id` (None: the root) reads: ids of the root→entry path
+        (at least those from the entry of its checkpoint down; a store may give all) and
+        the `workspace/snapshot` events it needs, oldest first (at least the newest
+        checkpoint on the path that holds all before it and the path's snapshots after it;
+        a store may give every snapshot). Nothing for an unknown entry."""
         ...
 
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:

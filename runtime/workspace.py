@@ -301,12 +301,12 @@ class WorkspaceRecorder:
         return shown
 
     async def _read(self, entry_id: str | None) -> tuple[list[str], list[Snapshot]]:
-        """The path to `entry_id` and the snapshots its fold needs (its newest checkpoint
-        and the tail after it), with those this run recorded and has not read back."""
-        path = [] if entry_id is None else await self.log.path(self.sid, entry_id)
-        events = await self.log.workspace_snapshots(self.sid, path)
+        """The path to `entry_id` (as far up as its fold needs) and the snapshots that fold
+        reads (its newest checkpoint and the tail after it), with those this run recorded
+        and has not read back."""
+        path, events = await self.log.workspace_snapshots(self.sid, entry_id)
         pending = [s for s in self.snapshots if s.seq == _PENDING]
-        return [e.id for e in path], [*(snapshot_of(e) for e in events), *pending]
+        return path, [*(snapshot_of(e) for e in events), *pending]
 
     async def before_turn(self, start: str | None) -> TurnStartFiles:
         """Under the turn lock, before the turn's first facts: record hand changes at the

@@ -98,6 +98,11 @@ class Event(models.Model):
                 name="event_snapshot_seq",
                 condition=models.Q(type="workspace/snapshot"),
             ),
+            models.Index(
+                fields=["session", "seq"],
+                name="event_checkpoint_seq",
+                condition=models.Q(type="workspace/snapshot", data__full=True),
+            ),
             # The header in force: rare, so often far back in a long session's log.
             models.Index(
                 fields=["session", "seq"],

@@ -5,7 +5,7 @@ refusal's code mapped to a status); `auth` — personal tokens and the browser's
 the routers, by area: `accounts` (/me, tokens), `sessions` (the list, one session, a Pi
 import, forks), `entries` (events, entries, the tree, the leaf, navigation), `views`
 (context, chat, trace, a model request), `agent` (messages, cancel, retry, approvals,
-compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry). The API's own description (accounts,
+compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry, its tar, an upload into it). The API's own description (accounts,
 errors, limits) is `base`'s docstring.
 """
 

@@ -15,4 +15,12 @@ class Migration(migrations.Migration):
                 name="event_snapshot_seq",
             ),
         ),
+        migrations.AddIndex(
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(("data__full", True), ("type", "workspace/snapshot")),
+                fields=["session", "seq"],
+                name="event_checkpoint_seq",
+            ),
+        ),
     ]

@@ -114,7 +114,7 @@ def _check_folder(session: Session) -> str | None:
         return None
     shown, _ = folder_shows(session.id)
     path, snapshots = path_snapshots(session.id, shown)
-    manifest = fold_workspace([e.id for e in path], snapshots)
+    manifest = fold_workspace(path, snapshots)
     quota = workspaces.run_limits(session.owner, session.cwd).workspace
     try:
         found = scan(Path(session.cwd), manifest, dataclasses.replace(quota, max_bytes=0))

@@ -124,15 +124,14 @@ def workspace_upload(*, session: Session, files: Sequence[UploadedFile]) -> Uplo
         session.refresh_from_db(fields=["last_seq", "leaf_entry_id"])
         leaf = session.leaf_entry_id
         shown, interrupted = folder_shows(session.id)
-        shown_path, snapshots = path_snapshots(session.id, shown)
-        known = fold_workspace([e.id for e in shown_path], snapshots)
+        ids, snapshots = path_snapshots(session.id, shown)
+        known = fold_workspace(ids, snapshots)
         try:
             found = scan(root, known, quota)
         except WorkspaceTooLarge as exc:
             raise UploadTooLarge(str(exc)) from None
         facts: list[NewEvent] = []
         recorded: list[Snapshot] = []  # what `facts` record, as the fold reads them
-        ids = [e.id for e in shown_path]
         if not found.empty:
             reason = "recovery" if interrupted else "outside"
             fact, snap = snapshot_fact(
@@ -144,9 +143,8 @@ def workspace_upload(*, session: Session, files: Sequence[UploadedFile]) -> Uplo
         before: Manifest = found.manifest
         current = before
         if leaf != shown:
-            leaf_path, leaf_snapshots = path_snapshots(session.id, leaf)
+            ids, leaf_snapshots = path_snapshots(session.id, leaf)
             snapshots = [*leaf_snapshots, *recorded]
-            ids = [e.id for e in leaf_path]
             target = fold_workspace(ids, snapshots)
             if not workspace_change(current, target).empty:
                 fact, snap = snapshot_fact("restore", leaf, {}, (), **_at(ids, snapshots, target))

@@ -257,3 +257,25 @@ def test_uploads_are_rate_limited(api: Api, session: Session, settings: Any) -> 
     assert first.status_code == 200, first.content
     error = refused(api, session, tar_with(file("two.txt")))
     assert error["status"] == 429
+
+
+def test_the_upload_doors_take_an_upload_sized_body_and_no_other_route_does(
+    session: Session, settings: Any
+) -> None:
+    from config.body_limits import MULTIPART_ROOM, limit_for
+
+    token = [(b"authorization", b"Bearer anything")]
+    cookie = [(b"cookie", f"{settings.SESSION_COOKIE_NAME}=anything".encode())]
+    upload = int(settings.STRAND_MAX_UPLOAD_BYTES) + MULTIPART_ROOM
+    for path, credential in [
+        (f"/api/sessions/{session.id}/files", token),
+        (f"/sessions/{session.id}/workspace/upload", cookie),
+    ]:
+        assert limit_for("POST", path, credential).size == upload
+        assert limit_for("POST", path, []).size == settings.STRAND_MAX_ANONYMOUS_BODY_BYTES
+    for method, path in [
+        ("PUT", f"/api/sessions/{session.id}/files"),
+        ("POST", f"/api/sessions/{session.id}/files/x"),
+        ("POST", f"/api/sessions/{session.id}/events"),
+    ]:
+        assert limit_for(method, path, token).size == settings.STRAND_MAX_BODY_BYTES
