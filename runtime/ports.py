@@ -93,10 +93,11 @@ class SessionLog(Protocol):
         ...
 
     async def workspace_snapshots(
-        self, session_id: str, entry_id: str | None
+        self, session_id: str, entry_id: str | None, also: Sequence[str] = ()
     ) -> tuple[list[str], list[EventRecord]]:
         """What the fold at `entry_id` (None: the root) reads: ids of the root→entry path
-        (at least those from the entry of its checkpoint down; a store may give all) and
+        (at least those from the entry of its checkpoint down, and up to those of `also`
+        that are on it; a store may give all) and
         the `workspace/snapshot` events it needs, oldest first (at least the newest
         checkpoint on the path that holds all before it and the path's snapshots after it;
         a store may give every snapshot). Nothing for an unknown entry."""

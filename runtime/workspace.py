@@ -304,8 +304,9 @@ class WorkspaceRecorder:
         """The path to `entry_id` (as far up as its fold needs) and the snapshots that fold
         reads (its newest checkpoint and the tail after it), with those this run recorded
         and has not read back."""
-        path, events = await self.log.workspace_snapshots(self.sid, entry_id)
         pending = [s for s in self.snapshots if s.seq == _PENDING]
+        also = sorted({s.at for s in pending if s.at is not None})
+        path, events = await self.log.workspace_snapshots(self.sid, entry_id, also)
         return path, [*(snapshot_of(e) for e in events), *pending]
 
     async def before_turn(self, start: str | None) -> TurnStartFiles:

@@ -69,8 +69,10 @@ def _get_blobs(session_id: str, shas: Sequence[str]) -> dict[str, bytes]:
     return blobs.blobs_get(owner_id=blobs.session_owner_id(session_id), shas=shas)
 
 
-def _workspace_reads(session_id: str, entry_id: str | None) -> tuple[list[str], list[EventRecord]]:
-    return workspace.workspace_reads(session_id, entry_id) or ([], [])
+def _workspace_reads(
+    session_id: str, entry_id: str | None, also: Sequence[str]
+) -> tuple[list[str], list[EventRecord]]:
+    return workspace.workspace_reads(session_id, entry_id, also) or ([], [])
 
 
 def _last_event(
@@ -126,9 +128,9 @@ class PostgresLog:
         return await self._engine.db(reads.path, session_id, leaf_id)
 
     async def workspace_snapshots(
-        self, session_id: str, entry_id: str | None
+        self, session_id: str, entry_id: str | None, also: Sequence[str] = ()
     ) -> tuple[list[str], list[EventRecord]]:
-        return await self._engine.db(_workspace_reads, session_id, entry_id)
+        return await self._engine.db(_workspace_reads, session_id, entry_id, also)
 
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         """The kept window of the leaf's path: entries record their path's latest

@@ -81,12 +81,14 @@ class _PathUp:
 
 
 def workspace_reads(
-    session_id: uuid.UUID | str, entry_id: str | None
+    session_id: uuid.UUID | str, entry_id: str | None, also: Sequence[str] = ()
 ) -> tuple[list[str], list[EventRecord]] | None:
     """What the fold at `entry_id` (None: the root) reads: the part of its root→entry path
     that the snapshots read are at, and those snapshot events, oldest first (the newest
     checkpoint on the path that holds everything before it there, and the path's
-    snapshots after it; all of the path's when none does). None for an unknown entry."""
+    snapshots after it; all of the path's when none does). The path reaches up to those
+    of `also` (entries of snapshots not yet stored) that are on it. None for an unknown
+    entry."""
     sid = str(session_id)
     path = _PathUp.of(sid, entry_id)
     if path is None:
@@ -99,7 +101,7 @@ def workspace_reads(
             [sid, SNAPSHOT, start],
         )
         tail = records(cur.fetchall())
-    on = _on_path(sid, path, {str(e.data.get("at")) for e in tail if e.data.get("at")})
+    on = _on_path(sid, path, {str(e.data.get("at")) for e in tail if e.data.get("at")} | set(also))
     return path.ids, [e for e in tail if e.data.get("at") is None or e.data.get("at") in on]
 
 
@@ -196,11 +198,11 @@ def folder_shows(session_id: uuid.UUID | str) -> tuple[str | None, bool]:
 
 
 def path_snapshots(
-    session_id: uuid.UUID | str, entry_id: str | None
+    session_id: uuid.UUID | str, entry_id: str | None, also: Sequence[str] = ()
 ) -> tuple[list[str], list[Snapshot]]:
-    """The part of the path to `entry_id` the fold at it needs, and the snapshots it reads
-    (nothing for an unknown entry)."""
-    read = workspace_reads(session_id, entry_id)
+    """The part of the path to `entry_id` the fold at it needs (up to those of `also` on
+    it), and the snapshots it reads (nothing for an unknown entry)."""
+    read = workspace_reads(session_id, entry_id, also)
     if read is None:
         return [], []
     return read[0], [snapshot_of(e) for e in read[1]]

@@ -143,7 +143,8 @@ def workspace_upload(*, session: Session, files: Sequence[UploadedFile]) -> Uplo
         before: Manifest = found.manifest
         current = before
         if leaf != shown:
-            ids, leaf_snapshots = path_snapshots(session.id, leaf)
+            also = [shown] if recorded and shown is not None else []
+            ids, leaf_snapshots = path_snapshots(session.id, leaf, also)
             snapshots = [*leaf_snapshots, *recorded]
             target = fold_workspace(ids, snapshots)
             if not workspace_change(current, target).empty:

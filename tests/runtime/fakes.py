@@ -149,7 +149,7 @@ class FakeLog:
         return path[::-1]
 
     async def workspace_snapshots(
-        self, session_id: str, entry_id: str | None
+        self, session_id: str, entry_id: str | None, also: Sequence[str] = ()
     ) -> tuple[list[str], list[EventRecord]]:
         path = [] if entry_id is None else await self.path(session_id, entry_id)
         events = await self.events_of_types(session_id, ("workspace/snapshot",))

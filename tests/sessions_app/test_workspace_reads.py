@@ -85,6 +85,10 @@ def test_a_read_after_10000_snapshots_reads_one_checkpoint_and_its_tail(alice: A
     assert len(path) <= 32 and path[-1] == leaf
     assert fold_workspace(path, [snapshot_of(e) for e in tail]) == naive(session, leaf)
     assert workspace_at(session.id, leaf) == naive(session, leaf)
+    # A snapshot not stored yet at an entry far up the path: the path reaches up to it.
+    reached = workspace_reads(session.id, leaf, also=["e00010", "nosuch"])
+    assert reached is not None and reached[0][0] == "e00010" and reached[0][-1] == leaf
+    assert "nosuch" not in reached[0]
     # An entry far back reads its own checkpoint, not the snapshots after it (the newer
     # checkpoints on its line are passed over 64 at a time).
     with CaptureQueriesContext(connection) as queries:
