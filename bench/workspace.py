@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import secrets
 import statistics
 import tempfile
 import time
@@ -244,10 +245,11 @@ def _in_process(report: Report, folder: Path) -> None:
     recorded: list[Snapshot] = []
     state: dict[str, Manifest] = {"manifest": known}
     target = folder / "d00" / "f0000.txt"
+    run = secrets.token_hex(4)  # contents new to the store on every run (no dedup)
 
     def one_edit(line: int) -> float:
         with target.open("ab") as handle:
-            handle.write(f"line {line}\n".encode())
+            handle.write(f"line {line} of run {run}\n".encode())
         started = time.perf_counter()
         found = scan(folder, state["manifest"], quota)
         blobs_put(owner_id=owner.pk, blobs=found.blobs)

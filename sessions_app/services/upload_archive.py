@@ -96,8 +96,9 @@ class Budget:
                 )
 
 
-def member_path(raw: str | bytes, quota: WorkspaceQuota) -> str:
-    """The workspace path a member's name stands for, or `UploadRefused` naming it."""
+def member_path(raw: str | bytes, quota: WorkspaceQuota, *, folder: bool = False) -> str:
+    """The workspace path a member's name stands for, or `UploadRefused` naming it ("" for
+    a `folder` that is the archive's top, `.` or `./`)."""
     if isinstance(raw, bytes):
         try:
             name = raw.decode("utf-8")
@@ -123,6 +124,8 @@ def member_path(raw: str | bytes, quota: WorkspaceQuota) -> str:
     if ".." in parts:
         raise UploadRefused(f"{_shown(name)}: a path that climbs out with ..", name)
     if not parts:
+        if folder and name.strip("/") in ("", "."):
+            return ""
         raise UploadRefused(f"{_shown(name)}: an empty name", name)
     if any(ord(c) < 32 for c in name):
         raise UploadRefused(f"{_shown(name)}: the name holds a control character", name)
@@ -241,9 +244,10 @@ def _tar_files(stream: IO[bytes], quota: WorkspaceQuota, budget: Budget) -> list
                     "folders are unpacked)",
                     raw,
                 )
-            path = member_path(raw, quota)
+            path = member_path(raw, quota, folder=member.isdir())
             if member.isdir():
-                seen.folder(path, raw)
+                if path:
+                    seen.folder(path, raw)
                 continue
             seen.file(path, raw)
             budget.take(raw, member.size)
@@ -281,13 +285,14 @@ def _zip_files(body: IO[bytes], quota: WorkspaceQuota, budget: Budget) -> list[U
             raw: str | bytes = info.orig_filename
             if not info.flag_bits & 0x800:  # not marked UTF-8: the name's own bytes
                 raw = info.orig_filename.encode("cp437")
-            name = member_path(raw, quota)
+            name = member_path(raw, quota, folder=info.is_dir())
             kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == 3 else 0
             if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
                 what = "a link" if kind == stat.S_IFLNK else "a device, FIFO or special file"
                 raise UploadRefused(f"{_shown(name)}: {what} (only files and folders)", name)
             if info.is_dir():
-                seen.folder(name, name)
+                if name:
+                    seen.folder(name, name)
                 continue
             seen.file(name, name)
             if info.flag_bits & 0x1:

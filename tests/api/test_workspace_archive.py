@@ -170,6 +170,23 @@ def test_an_upload_at_another_leaf_moves_the_folder_there_first(api: Api) -> Non
     assert {"branch.txt", "by-hand.txt"} <= set(workspace_at(session.id, outside) or {})
 
 
+def test_a_tar_made_of_a_folder_with_tar_c_dot_uploads(api: Api) -> None:
+    """`tar -C project -czf up.tgz .`: members `.`, `./src`, `./src/app.py`."""
+    session = new_session(api)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as archive:
+        for name in (".", "./src"):
+            folder = tarfile.TarInfo(name)
+            folder.type = tarfile.DIRTYPE
+            archive.addfile(folder)
+        member = tarfile.TarInfo("./src/app.py")
+        member.size = 5
+        archive.addfile(member, io.BytesIO(b"print"))
+    response = upload(api, session, out.getvalue(), "application/gzip")
+    assert response.status_code == 200, response.content
+    assert (Path(session.cwd) / "src/app.py").read_bytes() == b"print"
+
+
 def test_multipart_files_and_a_zip_upload(api: Api) -> None:
     session = new_session(api)
     one = io.BytesIO(b"one")
