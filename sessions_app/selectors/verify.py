@@ -5,9 +5,10 @@ in the same transaction as the events; this module folds the log again, independ
 names the first place where the two disagree. Request manifests are checked too: each
 `request/sent` hash must equal the hash of the payload rebuilt from the stored facts.
 Workspace snapshots too: every content a snapshot names must be in its owner's blob store
-with that hash; and the session's folder must hold the workspace of the entry it shows (a
-folder changed by hand, or by a process that died, since the last snapshot has drifted
-from its facts until the next turn records the change).
+with that hash; and once a snapshot has recorded the session's folder, the folder must hold
+the workspace of the entry it shows (a folder changed by hand since the last snapshot has
+drifted from its facts until the next turn records the change; what a dead process's tools
+changed is recorded by the recovery that closes its turn).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def verify_session(session: Session) -> str | None:
         return f"the title is {session.title!r}, the log says {title!r}"
     return (
         _check_workspace(session, events)
-        or _check_folder(session)
+        or _check_folder(session, events)
         or _check_requests(session, events, expected)
     )
 
@@ -106,11 +107,14 @@ def _check_workspace(session: Session, events: list[EventRecord]) -> str | None:
     return None
 
 
-def _check_folder(session: Session) -> str | None:
+def _check_folder(session: Session, events: list[EventRecord]) -> str | None:
     """How the session's folder differs from the workspace of the entry it shows, or None
-    (also for a session without a folder). Files are hashed only where their size, time or
+    (also for a session without a folder, or whose folder no snapshot has recorded yet:
+    its first turn records what is there). Files are hashed only where their size, time or
     mode differ from the facts, as a turn's scan does."""
     if not session.cwd or not Path(session.cwd).is_dir():
+        return None
+    if not any(event.type == SNAPSHOT for event in events):
         return None
     shown, _ = folder_shows(session.id)
     path, snapshots = path_snapshots(session.id, shown)
