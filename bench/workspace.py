@@ -3,13 +3,14 @@
 - **through the server** (one daphne process, the offline model, no delays): Alice's
   session gets its folder filled by hand (FILES files of FILE_BYTES random bytes in FOLDERS
   folders); her first turn records them all (`outside`). SWITCHED files then change by hand
-  and the next turn records them at its first entry E. A branch switch is a turn that starts
-  from E's parent (whose workspace has the old versions) and then one from the leaf again
-  (the new ones): each restores SWITCHED files before the model is asked. Timed from the
-  POST of the message to its `turn/end`, against the same turn from where the folder already
-  is (no restore); the median of ROUNDS. The file list API (`GET …/files?entry=`, the fold
-  at the leaf and a page of 200) and the tar download of the whole workspace (read to its
-  end), the median of 5.
+  and the next turn records them (`outside`) at the entry the folder showed, E. A branch
+  switch is a turn that starts from E's parent (whose workspace has the old versions) and
+  then one from the leaf again (the new ones): each restores SWITCHED files before the
+  model is asked. Timed from the POST of the message to its `turn/end`, against the same
+  turn from where the folder already is (no restore): the median of 2 × ROUNDS switches
+  and of ROUNDS such turns. The file list API (`GET …/files?entry=`: the fold at the leaf
+  and a page of 200), the median of 5, and the tar download of the whole workspace (read
+  to its end), the median of 3.
 - **in this process**, on that folder: a scan that finds nothing changed; a snapshot after
   a one-file write (the scan, the changed content into the blob store and the snapshot's
   append); the bytes a one-line edit stores per snapshot (the growth of the event and blob
