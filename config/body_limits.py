@@ -8,7 +8,8 @@ is all there is before the body:
   get `STRAND_MAX_ANONYMOUS_BODY_BYTES` (8 KiB: a sign-in form is a few hundred bytes).
 - A request with a credential gets its route's limit: the Pi import (`/sessions/import`,
   `/api/sessions/import`) `STRAND_MAX_IMPORT_BYTES` plus room for the multipart framing,
-  everything else `STRAND_MAX_BODY_BYTES` (the API's JSON, the pages' forms).
+  an upload into a workspace (`POST /api/sessions/<id>/files`,
+  `/sessions/<id>/workspace/upload`) `STRAND_MAX_UPLOAD_BYTES` plus that room, everything else `STRAND_MAX_BODY_BYTES` (the API's JSON, the pages' forms).
 
 A credential is the session cookie, or for the API an `Authorization: Bearer` header; it
 is not checked here. Whether it is valid is only known once Django has read the session
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,9 @@ from django.conf import settings
 
 SIGN_IN = ("/accounts/login/", "/admin/login/")
 IMPORTS = ("/sessions/import", "/api/sessions/import")
+UPLOADS = re.compile(
+    r"^/(api/sessions/[0-9a-fA-F-]{32,36}/files|sessions/[0-9a-fA-F-]{32,36}/workspace/upload)/?$"
+)
 MULTIPART_ROOM = 64 * 1024  # a file's multipart framing and the form's other fields
 # How long a connection that was answered 413 is read on (and what it sends dropped), so
 # that the client gets the answer before the connection closes; then it is cut.
@@ -98,6 +103,10 @@ def limit_for(method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) ->
     if path.rstrip("/") in IMPORTS:
         return Limit(
             int(settings.STRAND_MAX_IMPORT_BYTES) + MULTIPART_ROOM, api, "a Pi file upload"
+        )
+    if method == "POST" and UPLOADS.match(path):
+        return Limit(
+            int(settings.STRAND_MAX_UPLOAD_BYTES) + MULTIPART_ROOM, api, "an upload of files"
         )
     return Limit(int(settings.STRAND_MAX_BODY_BYTES), api, "a request")
 

@@ -267,6 +267,8 @@ STRAND_MAX_BATCH = int(os.environ.get("STRAND_MAX_BATCH", "1000"))
 # memory, so its own limit is the same.
 STRAND_MAX_ANONYMOUS_BODY_BYTES = int(os.environ.get("STRAND_MAX_ANONYMOUS_BODY_BYTES", "8192"))
 STRAND_MAX_IMPORT_BYTES = int(os.environ.get("STRAND_MAX_IMPORT_BYTES", str(50 * 1024 * 1024)))
+# An upload into a session's workspace (an archive, or files), as sent.
+STRAND_MAX_UPLOAD_BYTES = int(os.environ.get("STRAND_MAX_UPLOAD_BYTES", str(50 * 1024 * 1024)))
 STRAND_MAX_BODY_BYTES = int(
     os.environ.get("STRAND_MAX_BODY_BYTES", str(max(4 * 1024 * 1024, 2 * STRAND_MAX_EVENT_BYTES)))
 )

@@ -92,6 +92,17 @@ class SessionLog(Protocol):
         """Root→leaf path (empty for an unknown leaf)."""
         ...
 
+    async def workspace_snapshots(
+        self, session_id: str, entry_id: str | None, also: Sequence[str] = ()
+    ) -> tuple[list[str], list[EventRecord]]:
+        """What the fold at `entry_id` (None: the root) reads: ids of the root→entry path
+        (at least those from the entry of its checkpoint down, and up to those of `also`
+        that are on it; a store may give all) and
+        the `workspace/snapshot` events it needs, oldest first (at least the newest
+        checkpoint on the path that holds all before it and the path's snapshots after it;
+        a store may give every snapshot). Nothing for an unknown entry."""
+        ...
+
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         """The tail of the root→leaf path that a context and a compaction read: from the
         latest compaction's first kept entry (or from that compaction) to the leaf, or the

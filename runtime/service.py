@@ -49,6 +49,7 @@ from runtime.replay import (
 )
 from runtime.run import DeltaSink, NoticeSink, Run, TurnEnded
 from runtime.tools import Toolbox
+from runtime.workspace import WorkspaceRecorder
 
 log = logging.getLogger("strand.runtime")
 
@@ -486,14 +487,32 @@ class Runtime:
             turn = _turn_of(marker)
             events = await self._events_from(session_id, marker.seq, head.last_seq)
             closing = closers(turn, events)
+            facts = closing.facts
+            folder = await self._folder_fact(session_id)
+            if folder is not None:  # just before `turn/end`, which comes last
+                facts = [*facts[:-1], folder, facts[-1]]
             try:
-                await self._append_in_pieces(session_id, head.last_seq, closing.facts)
+                await self._append_in_pieces(session_id, head.last_seq, facts)
             except SeqConflict:
                 continue
             log.info("session %s: closed turn %s left open by a dead process", session_id, turn)
             return Recovery(
                 session_id, turn, "closed", closing.unknown, closing.not_started, closing.step
             )
+
+    async def _folder_fact(self, session_id: str) -> NewFact | None:
+        """What a dead turn's tools left in the folder that no fact holds (a `recovery`
+        snapshot, its contents stored), to close the turn with: the folder and the facts
+        then agree again before anything else runs. None when they already do, or when it
+        cannot be read now (no folder allowed, past the quota): the next turn's first
+        snapshot then records it, as `recovery` too."""
+        try:
+            setup = await self.log.setup(session_id)
+            files = WorkspaceRecorder(self.log, session_id, setup.cwd, setup.limits.workspace)
+            return await files.after_recovery()
+        except (AgentError, ValueError, OSError) as exc:
+            log.warning("session %s: the folder is left to the next turn: %s", session_id, exc)
+            return None
 
     async def _append_in_pieces(
         self, session_id: str, expected_seq: int, facts: Sequence[NewFact]

@@ -3,7 +3,7 @@ bringing it to the workspace of the entry a turn starts from.
 
 The folder on disk is a cache of the `workspace/snapshot` facts. Which entry it shows is
 itself read from the log: the entry of the newest snapshot, or the leaf a turn ended at
-when a turn ended after it. Three moments record a snapshot:
+when a turn ended after it. Four moments record a snapshot:
 
 - after a tool call that may change files: what the scan finds, at the call's result
   (reason `tool`), in the same append as that result;
@@ -11,6 +11,9 @@ when a turn ended after it. Three moments record a snapshot:
   the entry the folder showed (reason `outside`), so nothing is ever lost;
 - then, when the turn starts from another entry: `restore` at that entry, in the same
   append as `turn/start`, after which the folder is rewritten to that entry's workspace.
+- when crash recovery closes a turn whose process died: what its tools left in the folder
+  (reason `recovery`, at the entry the folder shows), in the same append as the `turn/end`
+  that closes it; failing that, the next turn records it so, before anything else.
 
 A scan compares each file's size and modification time with the manifest first and hashes
 only what differs; contents go to the owner's blob store before the snapshot naming them.
@@ -54,7 +57,7 @@ CHECKPOINT_EVERY = 32
 # The tools whose calls may change files (those of Pi's that do as well, by name).
 CHANGES_FILES = frozenset({"write_file", "write", "edit", "bash"})
 # Entry events: the leaf a turn ended at is the newest of these (or a `leaf/moved`).
-_LEAF_TYPES = (
+LEAF_TYPES = (
     "user/message",
     "assistant/message",
     "tool/result",
@@ -290,19 +293,21 @@ class WorkspaceRecorder:
         self.interrupted = False
 
     async def _load(self) -> str | None:
-        events = await self.log.events_of_types(self.sid, (SNAPSHOT,))
-        self.snapshots = [snapshot_of(e) for e in events]
-        shown, self.interrupted = await folder_entry(
-            self.log, self.sid, events[-1] if events else None
-        )
-        self.path = await self._path(shown)
+        last = await self.log.last_event(self.sid, (SNAPSHOT,))
+        shown, self.interrupted = await folder_entry(self.log, self.sid, last)
+        self.snapshots = []
+        self.path, self.snapshots = await self._read(shown)
         self.manifest = fold_workspace(self.path, self.snapshots)
         return shown
 
-    async def _path(self, entry_id: str | None) -> list[str]:
-        if entry_id is None:
-            return []
-        return [e.id for e in await self.log.path(self.sid, entry_id)]
+    async def _read(self, entry_id: str | None) -> tuple[list[str], list[Snapshot]]:
+        """The path to `entry_id` (as far up as its fold needs) and the snapshots that fold
+        reads (its newest checkpoint and the tail after it), with those this run recorded
+        and has not read back."""
+        pending = [s for s in self.snapshots if s.seq == _PENDING]
+        also = sorted({s.at for s in pending if s.at is not None})
+        path, events = await self.log.workspace_snapshots(self.sid, entry_id, also)
+        return path, [*(snapshot_of(e) for e in events), *pending]
 
     async def before_turn(self, start: str | None) -> TurnStartFiles:
         """Under the turn lock, before the turn's first facts: record hand changes at the
@@ -320,15 +325,30 @@ class WorkspaceRecorder:
             out.facts.append(self._record(reason, shown, found.files, found.deleted))
         if start == shown:
             return out
-        path = await self._path(start)
-        target = fold_workspace(path, self.snapshots)
+        path, snapshots = await self._read(start)
+        target = fold_workspace(path, snapshots)
         if workspace_change(self.manifest, target).empty:
             return out  # the same files: the turn's own snapshots will say where it is
         out._restore = (self.manifest, target)
         self.path = path
+        self.snapshots = snapshots
         self.manifest = target
         out.facts.append(self._record("restore", start, {}, ()))
         return out
+
+    async def after_recovery(self) -> NewFact | None:
+        """For closing a dead process's turn: what its tools left in the folder, as a
+        `recovery` snapshot at the entry the folder shows (where the next turn would record
+        it); None when the folder holds what the facts say."""
+        if self.root is None:
+            return None
+        shown = await self._load()
+        found = await asyncio.to_thread(scan, self.root, self.manifest, self.quota)
+        if found.empty:
+            return None
+        await self.log.put_blobs(self.sid, found.blobs)
+        self.manifest = found.manifest
+        return self._record("recovery", shown, found.files, found.deleted)
 
     async def settle(self, files: TurnStartFiles) -> None:
         """Bring the folder to the workspace the facts now say it shows."""
@@ -372,21 +392,54 @@ class WorkspaceRecorder:
         deleted: Sequence[str],
         **extra: Any,
     ) -> NewFact:
-        data: dict[str, Any] = {
-            "at": at,
-            "reason": reason,
-            "files": manifest_data(files),
-            "deleted": list(deleted),
-            **extra,
-        }
         # `self.path` and `self.manifest` already show the folder after this snapshot.
-        checkpoint = since_checkpoint(self.path, self.snapshots) + 1 >= self.checkpoint_every
-        if checkpoint:
-            data["full"] = True
-            data["manifest"] = manifest_data(self.manifest)
-        manifest = dict(self.manifest) if checkpoint else None
-        self.snapshots.append(Snapshot(_PENDING, at, reason, files, tuple(deleted), manifest))
-        return NewFact(SNAPSHOT, data)
+        fact, snapshot = snapshot_fact(
+            reason,
+            at,
+            files,
+            deleted,
+            path=self.path,
+            snapshots=self.snapshots,
+            manifest=self.manifest,
+            checkpoint_every=self.checkpoint_every,
+            **extra,
+        )
+        self.snapshots.append(snapshot)
+        return fact
+
+
+def snapshot_fact(
+    reason: str,
+    at: str | None,
+    files: Mapping[str, WorkspaceFile],
+    deleted: Sequence[str],
+    *,
+    path: Sequence[str],
+    snapshots: Sequence[Snapshot],
+    manifest: Manifest,
+    checkpoint_every: int = CHECKPOINT_EVERY,
+    **extra: Any,
+) -> tuple[NewFact, Snapshot]:
+    """The `workspace/snapshot` fact of a change at `at`, whose path is `path`, after which
+    the folder holds `manifest`; `snapshots` are those the fold there reads (from its
+    checkpoint on). Every `checkpoint_every`-th on a path is full: it carries `manifest`,
+    in the same append as the change it covers. Also the snapshot as the fold reads it
+    until it is read back (its seq after every stored one)."""
+    data: dict[str, Any] = {
+        "at": at,
+        "reason": reason,
+        "files": manifest_data(files),
+        "deleted": list(deleted),
+        **extra,
+    }
+    checkpoint = since_checkpoint(path, snapshots) + 1 >= max(checkpoint_every, 1)
+    if checkpoint:
+        data["full"] = True
+        data["manifest"] = manifest_data(manifest)
+    snapshot = Snapshot(
+        _PENDING, at, reason, files, tuple(deleted), dict(manifest) if checkpoint else None
+    )
+    return NewFact(SNAPSHOT, data), snapshot
 
 
 # The seq of a snapshot this run recorded but has not read back: after every stored one.
@@ -400,13 +453,24 @@ async def folder_entry(
     ended after it, then the leaf that turn ended at (None: the root, no entry yet); and
     whether that turn was interrupted (its process died, recovery closed it)."""
     ended = await log.last_event(session_id, ("turn/end",))
+    leaf = None
+    if ended is not None and (last_snapshot is None or last_snapshot.seq < ended.seq):
+        leaf = await log.last_event(session_id, LEAF_TYPES, before_seq=ended.seq)
+    return shown_entry(last_snapshot, ended, leaf)
+
+
+def shown_entry(
+    last_snapshot: EventRecord | None, ended: EventRecord | None, leaf: EventRecord | None
+) -> tuple[str | None, bool]:
+    """`folder_entry` from the events it reads: the newest snapshot, the newest
+    `turn/end`, and (when that turn ended after the snapshot) the newest of LEAF_TYPES
+    before it."""
     if ended is None or (last_snapshot is not None and last_snapshot.seq > ended.seq):
         if last_snapshot is None:
             return None, False
         at = last_snapshot.data.get("at")
         return (at if isinstance(at, str) else None), False
     interrupted = ended.data.get("reason") == "interrupted"
-    leaf = await log.last_event(session_id, _LEAF_TYPES, before_seq=ended.seq)
     if leaf is None:
         return None, interrupted
     if leaf.type == "leaf/moved":

@@ -91,6 +91,18 @@ class Event(models.Model):
                 name="event_session_request",
                 condition=models.Q(type="request/sent"),
             ),
+            # A session's workspace snapshots newest first: the fold at an entry reads its
+            # checkpoint and the tail after it from here (selectors.workspace).
+            models.Index(
+                fields=["session", "seq"],
+                name="event_snapshot_seq",
+                condition=models.Q(type="workspace/snapshot"),
+            ),
+            models.Index(
+                fields=["session", "seq"],
+                name="event_checkpoint_seq",
+                condition=models.Q(type="workspace/snapshot", data__full=True),
+            ),
             # The header in force: rare, so often far back in a long session's log.
             models.Index(
                 fields=["session", "seq"],

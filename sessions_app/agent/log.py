@@ -13,7 +13,7 @@ from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSe
 from sessions_app import presets, store, workspaces
 from sessions_app.agent.admission import PlaceHolder, TurnPlace
 from sessions_app.agent.lock import PgTurnLock
-from sessions_app.selectors import context, events
+from sessions_app.selectors import context, events, workspace
 from sessions_app.selectors import runtime as reads
 from sessions_app.store import blobs
 
@@ -69,6 +69,12 @@ def _get_blobs(session_id: str, shas: Sequence[str]) -> dict[str, bytes]:
     return blobs.blobs_get(owner_id=blobs.session_owner_id(session_id), shas=shas)
 
 
+def _workspace_reads(
+    session_id: str, entry_id: str | None, also: Sequence[str]
+) -> tuple[list[str], list[EventRecord]]:
+    return workspace.workspace_reads(session_id, entry_id, also) or ([], [])
+
+
 def _last_event(
     session_id: str, types: Sequence[str], before_seq: int | None
 ) -> EventRecord | None:
@@ -120,6 +126,11 @@ class PostgresLog:
 
     async def path(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         return await self._engine.db(reads.path, session_id, leaf_id)
+
+    async def workspace_snapshots(
+        self, session_id: str, entry_id: str | None, also: Sequence[str] = ()
+    ) -> tuple[list[str], list[EventRecord]]:
+        return await self._engine.db(_workspace_reads, session_id, entry_id, also)
 
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         """The kept window of the leaf's path: entries record their path's latest

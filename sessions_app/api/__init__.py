@@ -5,9 +5,9 @@ refusal's code mapped to a status); `auth` — personal tokens and the browser's
 the routers, by area: `accounts` (/me, tokens), `sessions` (the list, one session, a Pi
 import, forks), `entries` (events, entries, the tree, the leaf, navigation), `views`
 (context, chat, trace, a model request), `agent` (messages, cancel, retry, approvals,
-compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry), `shares`
-(a session's share links), `search` (entries across sessions), `usage` (tokens, cost and
-failures). The API's own description (accounts,
+compaction), `exports` (the Pi file, streamed), `files` (the workspace at an entry, its tar, an
+upload into it), `shares` (a session's share links), `search` (entries across sessions),
+`usage` (tokens, cost and failures). The API's own description (accounts,
 errors, limits) is `base`'s docstring.
 """
 

@@ -18,14 +18,17 @@ Limits. A body is at most `STRAND_MAX_BODY_BYTES` (4 MiB; refused with 413 as so
 headers arrive, or a streamed body at the piece that passes), 8 KiB without a token or a
 session cookie, text fields have lengths set in `schemas.py`, an event at most
 `STRAND_MAX_EVENT_BYTES`, a batch at most `STRAND_MAX_BATCH` events, a Pi upload at most
-`STRAND_MAX_IMPORT_BYTES`. A read that is not paged (a model context, a comparison's
-contexts) gathers at most `STRAND_WHOLE_READ_BYTES` (8 MiB) of stored data: past it, 413
-with what to read instead (the chat window's `older_cursor`, the entries' pages).
+`STRAND_MAX_IMPORT_BYTES`, an upload into a workspace at most `STRAND_MAX_UPLOAD_BYTES` (and
+what it unpacks to within the workspace quota). A read that is not paged (a model context,
+a comparison's contexts) gathers at most `STRAND_WHOLE_READ_BYTES` (8 MiB) of stored data:
+past it, 413 with what to read instead (the chat window's `older_cursor`, the entries'
+pages).
 Every costly door is rate limited per user (`sessions_app.services.ratelimit`, scopes in brackets):
 sending a message, steering or following up [message], importing [import], appending events
 [append], creating [session] and forking [fork] sessions, navigating with a summary
-[summary], compacting [compact], replaying a recorded request [replay], filtering the
-list by `q` [search] and making tokens [token]; and the small writes, each an event every
+[summary], compacting [compact], replaying a recorded request [replay], uploading files
+into a workspace [upload], filtering the list by `q` [search] and making tokens [token];
+and the small writes, each an event every
 viewer is sent or a row: renaming [rename], moving the leaf (PUT …/leaf, navigating without
 a summary) [navigate], deciding approvals [approval], cancelling [cancel], deleting sessions
 [delete], making share links [share] and revoking tokens and share links [revoke]. A share
@@ -207,7 +210,10 @@ def _error_body(exc: Exception) -> tuple[int, dict[str, Any]]:
         }
     if isinstance(exc, (DomainError, AgentError)):
         status = _STATUS_BY_CODE.get(exc.code, 422)
-        return status, {"error": exc.code, "detail": str(exc)}
+        body = {"error": exc.code, "detail": str(exc)}
+        if member := getattr(exc, "member", ""):  # an upload's refused member
+            body["member"] = str(member)
+        return status, body
     if isinstance(exc, ConfigError):
         return 422, {"error": "invalid_preset", "detail": str(exc)}
     if isinstance(exc, RequestNotFound):

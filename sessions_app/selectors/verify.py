@@ -5,13 +5,18 @@ in the same transaction as the events; this module folds the log again, independ
 names the first place where the two disagree. Request manifests are checked too: each
 `request/sent` hash must equal the hash of the payload rebuilt from the stored facts.
 Workspace snapshots too: every content a snapshot names must be in its owner's blob store
-with that hash.
+with that hash; and once a snapshot has recorded the session's folder, the folder must hold
+the workspace of the entry it shows (a folder changed by hand since the last snapshot has
+drifted from its facts until the next turn records the change; what a dead process's tools
+changed is recorded by the recovery that closes its turn).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from django.db import connection
@@ -19,11 +24,14 @@ from django.db import connection
 from projections.context import EMPTY_CONTEXT, SessionContext
 from projections.records import EntryRecord, EventRecord
 from projections.request import RequestNotFound, check_request
-from projections.workspace import SNAPSHOT
-from sessions_app import store
+from projections.workspace import SNAPSHOT, fold_workspace
+from runtime.errors import AgentError
+from runtime.workspace import scan
+from sessions_app import store, workspaces
 from sessions_app.models import Session
 from sessions_app.selectors import request_context
 from sessions_app.selectors.context import LeafFacts, window_context
+from sessions_app.selectors.workspace import folder_shows, path_snapshots
 
 Integrity = Literal["match", "mismatch", "unrebuildable"]
 
@@ -63,7 +71,11 @@ def verify_session(session: Session) -> str | None:
         return f"the current leaf is {session.leaf_entry_id!r}, the log says {leaf!r}"
     if title is not None and session.title != title:
         return f"the title is {session.title!r}, the log says {title!r}"
-    return _check_workspace(session, events) or _check_requests(session, events, expected)
+    return (
+        _check_workspace(session, events)
+        or _check_folder(session, events)
+        or _check_requests(session, events, expected)
+    )
 
 
 def _check_workspace(session: Session, events: list[EventRecord]) -> str | None:
@@ -93,6 +105,33 @@ def _check_workspace(session: Session, events: list[EventRecord]) -> str | None:
         if not held[sha]:
             return f"workspace/snapshot at seq {seq}: content {sha[:12]}… does not match its hash"
     return None
+
+
+def _check_folder(session: Session, events: list[EventRecord]) -> str | None:
+    """How the session's folder differs from the workspace of the entry it shows, or None
+    (also for a session without a folder, or whose folder no snapshot has recorded yet:
+    its first turn records what is there). Files are hashed only where their size, time or
+    mode differ from the facts, as a turn's scan does."""
+    if not session.cwd or not Path(session.cwd).is_dir():
+        return None
+    if not any(event.type == SNAPSHOT for event in events):
+        return None
+    shown, _ = folder_shows(session.id)
+    path, snapshots = path_snapshots(session.id, shown)
+    manifest = fold_workspace(path, snapshots)
+    quota = workspaces.run_limits(session.owner, session.cwd).workspace
+    try:
+        found = scan(Path(session.cwd), manifest, dataclasses.replace(quota, max_bytes=0))
+    except AgentError as exc:
+        return f"the session's folder cannot be compared with its facts: {exc}"
+    if found.empty:
+        return None
+    first = sorted([*found.files, *found.deleted])[0]
+    return (
+        f"the session's folder has drifted from the workspace of entry {shown!r}: "
+        f"{len(found.files)} file(s) changed or added, {len(found.deleted)} gone "
+        f"(first {first[:200]!r})"
+    )
 
 
 def _all_events(session: Session) -> list[EventRecord]:

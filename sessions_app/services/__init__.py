@@ -133,7 +133,7 @@ def session_move_leaf(
     message to send it again) comes here, and is made holding the session's turn lock, as
     the runtime's navigation is: while a turn runs it is refused (`TurnRunning`, 409), and
     it waits a few seconds for a compaction or a navigation to let go (`SessionBusy`)."""
-    with _turn_lock(session.id):
+    with session_turn_lock(session.id):
         return _append_at_head(session, [NewEvent("leaf/moved", {"to": to, "reason": reason})])
 
 
@@ -158,7 +158,7 @@ LOCK_WAIT_S = 3.0
 
 
 @contextlib.contextmanager
-def _turn_lock(session_id: uuid.UUID) -> Iterator[None]:
+def session_turn_lock(session_id: uuid.UUID) -> Iterator[None]:
     """Hold the session's turn lock (the runtime's advisory lock) for a transaction: the
     write made under it commits before anyone else can take it, and a failed one lets go
     of it with its rollback."""
@@ -262,7 +262,7 @@ def session_delete(*, session: Session, by: User) -> None:
     why the doors stop the turn first (`agent.agent_stop_turn`).
     """
     sid = str(session.id)
-    with _turn_lock(session.id), connection.cursor() as cur:
+    with session_turn_lock(session.id), connection.cursor() as cur:
         cur.execute("SELECT last_seq FROM sessions_app_session WHERE id = %s FOR UPDATE", [sid])
         row = cur.fetchone()
         if row is None:

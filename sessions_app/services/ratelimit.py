@@ -54,6 +54,9 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     # user's sessions; the API's title filter counts too. Typing in the search box sends
     # one search per pause.
     "search": (60, 60),
+    # Uploading files or an archive into a session's workspace: each is read whole,
+    # checked, stored and written into the folder.
+    "upload": (30, 600),
     # Making API tokens.
     "token": (10, 3600),
     # The small writes, each an event (or a row) that every viewer of the session is sent:

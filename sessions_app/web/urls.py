@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_app.web import replay_views, search_views, share_views, usage_views, views
+from sessions_app.web import (
+    replay_views,
+    search_views,
+    share_views,
+    usage_views,
+    views,
+    workspace_views,
+)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -52,6 +59,16 @@ urlpatterns = [
         "sessions/<uuid:session_id>/approvals/<str:approval_id>",
         views.session_approval,
         name="session-approval",
+    ),
+    path(
+        "sessions/<uuid:session_id>/workspace.tar",
+        workspace_views.session_workspace_tar,
+        name="session-workspace-tar",
+    ),
+    path(
+        "sessions/<uuid:session_id>/workspace/upload",
+        workspace_views.session_workspace_upload,
+        name="session-workspace-upload",
     ),
     path(
         "sessions/<uuid:session_id>/export.html",

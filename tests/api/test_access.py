@@ -8,6 +8,8 @@ that does not exist, byte for byte once the id is swapped, and holds none of her
 
 from __future__ import annotations
 
+import io
+import tarfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,12 +83,15 @@ SESSION_ENDPOINTS = [
     Endpoint("GET", "/sessions/{sid}/files?entry={entry}"),
     # A path the workspace does not hold: the owner and staff are told so.
     Endpoint("GET", "/sessions/{sid}/files/no/such.txt", owner=404),
+    Endpoint("GET", "/sessions/{sid}/workspace.tar?entry={entry}"),
     # Share links: the owner's alone (staff revoke them in the admin).
     Endpoint("GET", "/sessions/{sid}/shares", None, True, 200),
     Endpoint("POST", "/sessions/{sid}/shares", {}, True, 201),
     Endpoint(
         "POST", "/sessions/{sid}/approvals/{approval}", {"outcome": "allowed"}, True, 204, True
     ),
+    # Once the turn is over (an upload waits for no turn).
+    Endpoint("POST", "/sessions/{sid}/files", "tar", True, 200),
     Endpoint("POST", "/sessions/{sid}/messages", {"text": "hello"}, True, 202, True),
     Endpoint("POST", "/sessions/{sid}/steer", {"text": "and steer"}, True, 202, True),
     Endpoint("POST", "/sessions/{sid}/follow-up", {"text": "then follow"}, True, 202, True),
@@ -179,6 +184,16 @@ def call(api: Api, endpoint: Endpoint, world: World, sid: uuid.UUID | None = Non
         upload = SimpleUploadedFile("s.jsonl", PI_FILE.read_bytes())
         extra: dict[str, Any] = {"HTTP_X_CSRFTOKEN": "A" * 32} if api.csrf else {}
         return api.client.post("/api" + path, {"file": upload}, **extra)
+    if endpoint.body == "tar":
+        packed = io.BytesIO()
+        with tarfile.open(fileobj=packed, mode="w") as archive:
+            member = tarfile.TarInfo("uploaded.txt")
+            member.size = 2
+            archive.addfile(member, io.BytesIO(b"up"))
+        headers: dict[str, Any] = {"HTTP_X_CSRFTOKEN": "A" * 32} if api.csrf else {}
+        return api.client.generic(
+            "POST", "/api" + path, packed.getvalue(), content_type="application/x-tar", **headers
+        )
     body = world.fill(endpoint.body, sid) if endpoint.body is not None else None
     if body is None and endpoint.method in ("POST", "PUT", "PATCH"):
         body = {}

@@ -148,6 +148,13 @@ class FakeLog:
             current = entries.get(current.parent_id) if current.parent_id else None
         return path[::-1]
 
+    async def workspace_snapshots(
+        self, session_id: str, entry_id: str | None, also: Sequence[str] = ()
+    ) -> tuple[list[str], list[EventRecord]]:
+        path = [] if entry_id is None else await self.path(session_id, entry_id)
+        events = await self.events_of_types(session_id, ("workspace/snapshot",))
+        return [e.id for e in path], events
+
     async def context_window(self, session_id: str, leaf_id: str) -> list[EntryRecord]:
         return await self.path(session_id, leaf_id)
 

@@ -245,7 +245,10 @@ def test_the_turn_lock_refuses_a_second_sender_and_recovery(ws):
         assert (await rt.recover(sid)).status == "nothing"
 
     run(go())
-    assert [e.type for e in log.events(sid)][-2:] == ["inbox/queued", "turn/end"]
+    # The folder's files, which no snapshot held, are recorded as the dead turn is closed.
+    events = log.events(sid)
+    assert [e.type for e in events][-3:] == ["inbox/queued", "workspace/snapshot", "turn/end"]
+    assert events[-2].data["reason"] == "recovery"
 
 
 def event(
