@@ -309,7 +309,7 @@
 
   // ---- keyboard ------------------------------------------------------------------------
 
-  var VIEW_KEYS = { "1": "chat", c: "chat", "2": "trace", t: "trace", "3": "context", x: "context" };
+  var VIEW_KEYS = { "1": "chat", c: "chat", "2": "trace", t: "trace", "3": "context", x: "context", "4": "files" };
 
   document.addEventListener("keydown", function (evt) {
     var target = evt.target;
