@@ -132,7 +132,9 @@ def diff_plan(before: Manifest, after: Manifest, limits: DiffLimits = LIMITS) ->
             break
         budget -= cost
         shas.update(s.sha256 for s in sides)
-    return DiffPlan(tuple(changes), frozenset(shas), counts[ADDED], counts[REMOVED], counts[CHANGED])
+    return DiffPlan(
+        tuple(changes), frozenset(shas), counts[ADDED], counts[REMOVED], counts[CHANGED]
+    )
 
 
 def diff_workspaces(
@@ -140,7 +142,9 @@ def diff_workspaces(
 ) -> WorkspaceDiff:
     """The diff `plan` lists, from the `contents` it asked for (sha256 → bytes)."""
     budget = _Budget(limits.total_lines, limits.total_bytes)
-    files = tuple(_file_diff(change, plan.shas, contents, limits, budget) for change in plan.changes)
+    files = tuple(
+        _file_diff(change, plan.shas, contents, limits, budget) for change in plan.changes
+    )
     return WorkspaceDiff(
         files=files,
         added=plan.added,

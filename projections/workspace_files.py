@@ -59,9 +59,7 @@ def files_page(manifest: Manifest, *, offset: int = 0, limit: int = 300) -> File
             rows.append(FileRow(CLOSE))
         for folder in folders[shared:]:
             open_folders.append(folder)
-            rows.append(
-                FileRow(OPEN, folder, "/".join(open_folders), depth=len(open_folders) - 1)
-            )
+            rows.append(FileRow(OPEN, folder, "/".join(open_folders), depth=len(open_folders) - 1))
         state = manifest[path]
         rows.append(FileRow(FILE, name, path, len(folders), state.size, state.mode))
     rows.extend(FileRow(CLOSE) for _ in open_folders)

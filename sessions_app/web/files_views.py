@@ -94,8 +94,9 @@ def session_file_download(request: HttpRequest, session_id: Any, file_path: str)
     if content is None:
         raise Http404("the file's content is missing from the store")
     response = HttpResponse(content, content_type="application/octet-stream")
-    response["Content-Disposition"] = content_disposition_header(
-        as_attachment=True, filename=file_path.rsplit("/", 1)[-1]
+    name = file_path.rsplit("/", 1)[-1]
+    response["Content-Disposition"] = (
+        content_disposition_header(as_attachment=True, filename=name) or "attachment"
     )
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Length"] = str(len(content))

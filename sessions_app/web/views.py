@@ -49,6 +49,7 @@ from sessions_app.selectors.workspace_diffs import (
 from sessions_app.services import pi_io, ratelimit
 from sessions_app.streaming import streamed
 from sessions_app.web import html_export
+from sessions_app.web.files_views import files_panel
 from sessions_app.web.forms import (
     ApprovalForm,
     CompactForm,
@@ -62,7 +63,6 @@ from sessions_app.web.forms import (
     SessionImportForm,
     SessionNewForm,
 )
-from sessions_app.web.files_views import files_panel
 from sessions_app.web.page_query import VIEWS, PageQuery
 
 log = logging.getLogger("strand.views")
@@ -283,7 +283,9 @@ def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Move the current leaf (a click in the tree); the views follow it."""
     session = _session_or_404(request, session_id, write=True)
     ratelimit.rate_hit(request.user, "navigate")
-    query = _return_query(request).view_only()
+    given = _return_query(request)
+    # The Files view keeps the file it shows: the same path at the entry clicked.
+    query = replace(given.view_only(), file=given.file)
     form = LeafForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))

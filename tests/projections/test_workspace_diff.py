@@ -192,7 +192,8 @@ def test_a_file_past_the_input_bound_is_not_diffed_nor_read() -> None:
 def test_files_past_the_content_budget_are_listed_without_a_diff() -> None:
     limits = DiffLimits(input_bytes=30)
     before, after, contents = workspaces(
-        {f"{n}": b"012345678%d" % n for n in range(3)}, {f"{n}": b"abcdefghi%d" % n for n in range(3)}
+        {f"{n}": b"012345678%d" % n for n in range(3)},
+        {f"{n}": b"abcdefghi%d" % n for n in range(3)},
     )
     plan = diff_plan(before, after, limits)
     diff = diff_workspaces(plan, contents, limits)
