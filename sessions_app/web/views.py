@@ -85,6 +85,16 @@ def _session_or_404(request: HttpRequest, session_id: Any, *, write: bool = Fals
         raise Http404("no such session") from None
 
 
+def _shown_query(request: HttpRequest) -> PageQuery:
+    """The page shown where a form was sent from the tree: for htmx, the browser's current
+    URL (a view switch pushes its URL without drawing the tree, and so the tree's forms,
+    again); else the form's `return_to`."""
+    current = request.headers.get("HX-Current-URL") if _is_htmx(request) else None
+    if current:
+        return PageQuery.from_querystring(urlsplit(current).query[:2000])
+    return _return_query(request)
+
+
 def _return_query(request: HttpRequest) -> PageQuery:
     """The page a form came from: its `return_to` field, or the htmx current URL."""
     given = request.POST.get("return_to")
@@ -283,9 +293,10 @@ def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Move the current leaf (a click in the tree); the views follow it."""
     session = _session_or_404(request, session_id, write=True)
     ratelimit.rate_hit(request.user, "navigate")
-    given = _return_query(request)
-    # The Files view keeps the file it shows: the same path at the entry clicked.
-    query = replace(given.view_only(), file=given.file)
+    given = _shown_query(request)
+    # The view shown stays, and the Files view keeps its file: the same path at the entry
+    # clicked.
+    query = replace(given.view_only(), view=given.view, file=given.file)
     form = LeafForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))

@@ -185,6 +185,19 @@
   var refreshTimer = null;
   var refreshing = false;
   var refreshAgain = false;
+  var refreshUrl = null;
+
+  // A refresh asked for the view shown then: when the page has switched views while it
+  // was on its way, drawing it would undo the switch, so the new view is refreshed instead.
+  body.addEventListener("htmx:beforeSwap", function (evt) {
+    var config = evt.detail.requestConfig;
+    if (!refreshing || !config || config.path !== refreshUrl) return;
+    var view = document.getElementById("view");
+    if (view && view.dataset.liveUrl !== refreshUrl) {
+      evt.detail.shouldSwap = false;
+      refreshAgain = true;
+    }
+  });
 
   function scheduleRefresh() {
     if (refreshTimer) return;
@@ -211,7 +224,8 @@
     }
     refreshing = true;
     refreshAgain = false;
-    htmx.ajax("GET", view.dataset.liveUrl, { target: "#view", swap: "outerHTML" }).then(function () {
+    refreshUrl = view.dataset.liveUrl;
+    htmx.ajax("GET", refreshUrl, { target: "#view", swap: "outerHTML" }).then(function () {
       live.refreshes += 1;
       refreshing = false;
       if (refreshAgain) scheduleRefresh();
