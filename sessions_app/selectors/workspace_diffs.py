@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db import connection
+
 from projections.workspace import SNAPSHOT, Manifest, apply, fold_workspace, snapshot_of
 from projections.workspace_diff import LIMITS, DiffLimits, WorkspaceDiff, diff_plan, diff_workspaces
 from sessions_app import store
@@ -55,17 +57,23 @@ def tool_call_diff(
 
 def tool_calls_changing_files(session: Session, call_ids: Iterable[str]) -> dict[str, int]:
     """Of `call_ids`, those whose call changed files, with how many (written or deleted):
-    read from the snapshots' own lists, no fold and no content."""
-    wanted = set(call_ids)
+    counted in the database from the snapshots' own lists, no fold, no manifest read."""
+    wanted = sorted(set(call_ids))
     if not wanted:
         return {}
-    out: dict[str, int] = {}
-    for event in events_of_types(session.id, (SNAPSHOT,)):
-        call_id = str(event.data.get("call_id") or "")
-        if event.data.get("reason") == TOOL and call_id in wanted:
-            data = event.data
-            out[call_id] = len(data.get("files") or {}) + len(data.get("deleted") or ())
-    return out
+    with connection.cursor() as cursor:
+        cursor.execute(_CALLS_CHANGING_FILES, [str(session.id), SNAPSHOT, TOOL, wanted])
+        return {str(call_id): int(count) for call_id, count in cursor.fetchall()}
+
+
+_CALLS_CHANGING_FILES = """
+SELECT e.data ->> 'call_id',
+       (SELECT count(*) FROM jsonb_object_keys(coalesce(e.data -> 'files', '{}'::jsonb)))
+       + coalesce(jsonb_array_length(e.data -> 'deleted'), 0)
+FROM sessions_app_event e
+WHERE e.session_id = %s AND e.type = %s AND e.data ->> 'reason' = %s
+  AND e.data ->> 'call_id' = ANY(%s)
+"""
 
 
 def branches_diff(
