@@ -7,7 +7,8 @@ contents `diff_plan` asks for. Every output is bounded, whatever the files hold:
   file only while the call's content budget (`input_bytes`) lasts;
 - a file is diffed line by line only below `file_input_bytes`; the lines the two sides
   share at their start and end are set aside first, and a middle longer than
-  `match_lines` is shown as one replaced block (difflib's matching is quadratic at worst);
+  `match_lines` (or than what is left of `total_match_lines` for the whole diff) is shown
+  as one replaced block: difflib's matching is quadratic at worst;
 - the diff text shown is capped per file and per call (lines and bytes), each line at
   `line_chars` characters, with a note of what was left out.
 
@@ -19,7 +20,7 @@ newline gets git's "\\ No newline at end of file".
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from projections.workspace import Manifest, WorkspaceFile
@@ -34,7 +35,8 @@ class DiffLimits:
     files: int = 200  # files listed; the rest are counted
     input_bytes: int = 8_000_000  # contents read for one diff, both sides of every file
     file_input_bytes: int = 2_000_000  # a larger side is not diffed line by line
-    match_lines: int = 5_000  # a changed middle longer than this is one replaced block
+    match_lines: int = 3_000  # a changed middle longer than this is one replaced block
+    total_match_lines: int = 15_000  # lines matched by difflib over all files of one diff
     file_lines: int = 400  # diff lines shown per file
     file_bytes: int = 64_000
     total_lines: int = 2_000  # diff lines shown over all files
@@ -141,7 +143,7 @@ def diff_workspaces(
     plan: DiffPlan, contents: Mapping[str, bytes], limits: DiffLimits = LIMITS
 ) -> WorkspaceDiff:
     """The diff `plan` lists, from the `contents` it asked for (sha256 → bytes)."""
-    budget = _Budget(limits.total_lines, limits.total_bytes)
+    budget = _Budget(limits.total_lines, limits.total_bytes, limits.total_match_lines)
     files = tuple(
         _file_diff(change, plan.shas, contents, limits, budget) for change in plan.changes
     )
@@ -165,8 +167,8 @@ def workspace_diff(
 
 
 class _Budget:
-    def __init__(self, lines: int, size: int) -> None:
-        self.lines, self.size = lines, size
+    def __init__(self, lines: int, size: int, match: int) -> None:
+        self.lines, self.size, self.match = lines, size, match
 
 
 def _file_diff(
@@ -198,8 +200,14 @@ def _file_diff(
     b = _text(contents[new.sha256]) if new else ""
     if a is None or b is None:
         return replace(base, binary=True)
-    lines, added, removed = unified_lines(_split(a), _split(b), limits.match_lines)
-    shown, hidden = _capped(lines, limits, budget)
+    old_lines, new_lines = _split(a), _split(b)
+    match_lines = min(limits.match_lines, budget.match)
+    opcodes = _opcodes(old_lines, new_lines, match_lines)
+    middle = _middle_size(*_middle(old_lines, new_lines))
+    if middle <= match_lines:  # difflib matched it
+        budget.match -= middle
+    added, removed = _counts(opcodes)
+    shown, hidden = _capped(_items(old_lines, new_lines, opcodes), limits, budget)
     return replace(base, added=added, removed=removed, lines=shown, hidden_lines=hidden)
 
 
@@ -232,33 +240,54 @@ def unified_lines(
     lines it adds and removes. Bounded work: difflib matches only the middle between the
     shared start and end, and only when that middle is at most `match_lines` long."""
     opcodes = _opcodes(a, b, match_lines)
+    lines = [line for kind, raw in _items(a, b, opcodes) for line in _rendered(kind, raw)]
+    return lines, *_counts(opcodes)
+
+
+def _counts(opcodes: Sequence[Opcode]) -> tuple[int, int]:
+    """Lines added and removed."""
     added = sum(j2 - j1 for tag, _, _, j1, j2 in opcodes if tag in ("insert", "replace"))
     removed = sum(i2 - i1 for tag, i1, i2, _, _ in opcodes if tag in ("delete", "replace"))
-    out: list[DiffLine] = []
+    return added, removed
+
+
+def _items(a: Sequence[str], b: Sequence[str], opcodes: list[Opcode]) -> Iterator[tuple[str, str]]:
+    """The diff's hunk headers and lines (as the files hold them), one at a time: the
+    caller draws only those it shows."""
     for group in _grouped(opcodes, CONTEXT_LINES):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
-        out.append(DiffLine("@", f"@@ -{_range(i1, i2)} +{_range(j1, j2)} @@"))
+        yield "@", f"@@ -{_range(i1, i2)} +{_range(j1, j2)} @@"
         for tag, x1, x2, y1, y2 in group:
             if tag == "equal":
-                out.extend(_lines(" ", a[x1:x2]))
+                yield from ((" ", line) for line in a[x1:x2])
                 continue
-            out.extend(_lines("-", a[x1:x2]))
-            out.extend(_lines("+", b[y1:y2]))
-    return out, added, removed
+            yield from (("-", line) for line in a[x1:x2])
+            yield from (("+", line) for line in b[y1:y2])
 
 
-def _opcodes(a: Sequence[str], b: Sequence[str], match_lines: int) -> list[Opcode]:
+def _middle(a: Sequence[str], b: Sequence[str]) -> tuple[int, int, int]:
+    """Where the lines the two sides share at their start end (`start`), and where those
+    they share at their end begin, in `a` and in `b`."""
     start = 0
     while start < len(a) and start < len(b) and a[start] == b[start]:
         start += 1
     end_a, end_b = len(a), len(b)
     while end_a > start and end_b > start and a[end_a - 1] == b[end_b - 1]:
         end_a, end_b = end_a - 1, end_b - 1
+    return start, end_a, end_b
+
+
+def _middle_size(start: int, end_a: int, end_b: int) -> int:
+    return end_a - start + end_b - start
+
+
+def _opcodes(a: Sequence[str], b: Sequence[str], match_lines: int) -> list[Opcode]:
+    start, end_a, end_b = _middle(a, b)
     middle: list[Opcode]
-    if end_a - start + end_b - start > match_lines:
+    if _middle_size(start, end_a, end_b) > match_lines:
         middle = [_block(start, end_a, start, end_b)] if (end_a > start or end_b > start) else []
     else:
-        matcher = difflib.SequenceMatcher(None, a[start:end_a], b[start:end_b], autojunk=False)
+        matcher = difflib.SequenceMatcher(None, a[start:end_a], b[start:end_b], autojunk=True)
         middle = [
             (tag, i1 + start, i2 + start, j1 + start, j2 + start)
             for tag, i1, i2, j1, j2 in matcher.get_opcodes()
@@ -310,40 +339,48 @@ def _range(start: int, stop: int) -> str:
     return str(first) if length == 1 else f"{first},{length}"
 
 
-def _lines(kind: str, lines: Sequence[str]) -> list[DiffLine]:
-    out = []
-    for line in lines:
-        text = line[:-1] if line.endswith("\n") else line
-        if text.endswith("\r"):
-            text = text[:-1] + "␍"
-        out.append(DiffLine(kind, text))
-        if not line.endswith("\n"):
-            out.append(DiffLine("\\", NO_NEWLINE))
-    return out
+def _rendered(kind: str, raw: str, line_chars: int | None = None) -> list[DiffLine]:
+    """One item of the diff as it is drawn: without its newline, a carriage return shown
+    as ␍, cut at `line_chars`, and git's note after a last line without a newline."""
+    if kind == "@":
+        return [DiffLine(kind, raw)]
+    ends = raw.endswith("\n")
+    text = raw[:-1] if ends else raw
+    if text.endswith("\r"):
+        text = text[:-1] + "␍"
+    if line_chars is not None and len(text) > line_chars:
+        text = f"{text[:line_chars]}… {len(text) - line_chars:,} more characters"
+    return [DiffLine(kind, text)] if ends else [DiffLine(kind, text), DiffLine("\\", NO_NEWLINE)]
+
+
+def _drawn_count(kind: str, raw: str) -> int:
+    return 1 if kind == "@" or raw.endswith("\n") else 2
 
 
 def _capped(
-    lines: list[DiffLine], limits: DiffLimits, budget: _Budget
+    items: Iterable[tuple[str, str]], limits: DiffLimits, budget: _Budget
 ) -> tuple[tuple[DiffLine, ...], int]:
     """The lines shown under the file's and the call's caps, each cut at `line_chars`; and
-    how many were left out."""
+    how many were left out (counted, not drawn)."""
     shown: list[DiffLine] = []
-    size = 0
-    for index, line in enumerate(lines):
-        text = line.text
-        if len(text) > limits.line_chars:
-            more = len(text) - limits.line_chars
-            text = f"{text[: limits.line_chars]}… {more:,} more characters"
-        cost = len(text.encode("utf-8", "surrogatepass")) + 1
-        if (
-            len(shown) >= limits.file_lines
-            or size + cost > limits.file_bytes
-            or budget.lines <= 0
-            or budget.size < cost
-        ):
-            return tuple(shown), len(lines) - index
-        shown.append(DiffLine(line.kind, text))
-        size += cost
-        budget.lines -= 1
-        budget.size -= cost
-    return tuple(shown), 0
+    size = hidden = 0
+    for kind, raw in items:
+        if hidden:
+            hidden += _drawn_count(kind, raw)
+            continue
+        for line in _rendered(kind, raw, limits.line_chars):
+            cost = len(line.text.encode("utf-8", "surrogatepass")) + 1
+            if (
+                hidden
+                or len(shown) >= limits.file_lines
+                or size + cost > limits.file_bytes
+                or budget.lines <= 0
+                or budget.size < cost
+            ):
+                hidden += 1
+                continue
+            shown.append(line)
+            size += cost
+            budget.lines -= 1
+            budget.size -= cost
+    return tuple(shown), hidden

@@ -220,3 +220,13 @@ def test_a_missing_content_is_said_so() -> None:
     before, after, _ = workspaces({}, {"f": b"x\n"})
     (diff,) = workspace_diff(before, after, {}).files
     assert diff.skipped == "missing"
+
+
+def test_difflib_matches_a_bounded_number_of_lines_per_diff_then_shows_blocks() -> None:
+    limits = DiffLimits(match_lines=10, total_match_lines=10)
+    old, new = b"1\n2\n3\n4\n", b"1x\n2\n3x\n4\n"
+    before, after, contents = workspaces({"a": old, "b": old}, {"a": new, "b": new})
+    first, second = workspace_diff(before, after, contents, limits).files
+    assert [line.kind for line in first.lines] == ["@", "-", "+", " ", "-", "+", " "]
+    assert [line.kind for line in second.lines] == ["@", "-", "-", "-", "+", "+", "+", " "]
+    assert (second.added, second.removed) == (3, 3)
