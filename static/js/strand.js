@@ -185,18 +185,24 @@
   var refreshTimer = null;
   var refreshing = false;
   var refreshAgain = false;
-  var refreshUrl = null;
 
-  // A refresh asked for the view shown then: when the page has switched views while it
-  // was on its way, drawing it would undo the switch, so the new view is refreshed instead.
-  body.addEventListener("htmx:beforeSwap", function (evt) {
-    var config = evt.detail.requestConfig;
-    if (!refreshing || !config || config.path !== refreshUrl) return;
+  // A response for #view asked while another view was shown (a live refresh, an approval
+  // or a tree click just before a view switch): drawing it would undo the switch. It is
+  // dropped and the view shown now is refreshed instead. A view switch itself (a link that
+  // pushes its URL) is the user's latest move, and is always drawn.
+  body.addEventListener("htmx:beforeRequest", function (evt) {
     var view = document.getElementById("view");
-    if (view && view.dataset.liveUrl !== refreshUrl) {
-      evt.detail.shouldSwap = false;
-      refreshAgain = true;
-    }
+    if (evt.detail.xhr) evt.detail.xhr.strandViewUrl = view ? view.dataset.liveUrl : null;
+  });
+  body.addEventListener("htmx:beforeSwap", function (evt) {
+    var asked = evt.detail.xhr && evt.detail.xhr.strandViewUrl;
+    var target = evt.detail.target;
+    var view = document.getElementById("view");
+    if (!asked || !view || !target || target.id !== "view" || view.dataset.liveUrl === asked) return;
+    var elt = evt.detail.requestConfig && evt.detail.requestConfig.elt;
+    if (elt && elt.closest && elt.closest("[hx-push-url]")) return;
+    evt.detail.shouldSwap = false;
+    scheduleRefresh();
   });
 
   function scheduleRefresh() {
@@ -224,8 +230,7 @@
     }
     refreshing = true;
     refreshAgain = false;
-    refreshUrl = view.dataset.liveUrl;
-    htmx.ajax("GET", refreshUrl, { target: "#view", swap: "outerHTML" }).then(function () {
+    htmx.ajax("GET", view.dataset.liveUrl, { target: "#view", swap: "outerHTML" }).then(function () {
       live.refreshes += 1;
       refreshing = false;
       if (refreshAgain) scheduleRefresh();
