@@ -15,7 +15,15 @@ from playwright.sync_api import Browser, Page, expect
 from sessions_app import services, store
 from sessions_app.store import NewEvent
 from sessions_app.store.blobs import blobs_put
-from tests.browser.conftest import Server, new_session, screenshot, send, sign_in, wait_turn
+from tests.browser.conftest import (
+    Server,
+    new_session,
+    screenshot,
+    send,
+    sign_in,
+    wait_live,
+    wait_turn,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -98,7 +106,10 @@ def test_the_compare_page_lists_changed_files(signed_in: Page) -> None:
     page.locator(f"#node-{fork_point} .node-text").click()
     expect(page.locator(f"#node-{fork_point}")).to_have_class(re.compile("current"))
     write(page, "b.txt", "only on B")
-    # The branch shown is B's; compare it with A's leaf from A's actions.
+    # The branch shown is B's; compare it with A's leaf from A's actions (on the page
+    # loaded again: a live refresh still on its way would redraw the tree without them).
+    page.reload()
+    wait_live(page)
     page.locator(f"#node-{branch_a} .node-more").click()
     page.locator("#node-panel .compare-with").click()
     expect(page).to_have_url(re.compile(r"/compare\?"))
