@@ -86,6 +86,9 @@ def test_a_tool_calls_diff_in_the_trace(signed_in: Page) -> None:
     page.click("[data-view-tab=trace]")
     marked = page.locator(".span.kind-tool .files-mark")
     expect(marked).to_have_count(2)
+    # On the page loaded again: no live refresh of the turns just run is still on its way.
+    page.reload()
+    wait_live(page)
     page.locator(".turn-block").first.locator(".span.kind-tool .span-name").click()
     files = page.locator("#span-detail #span-files")
     expect(files.locator(".ws-file")).to_have_attribute("data-path", "notes.txt")
