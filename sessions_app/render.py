@@ -26,7 +26,7 @@ from markdown_it.utils import EnvType, OptionsDict
 from pygments import highlight as pygments_highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
-from pygments.lexers import get_lexer_by_name
+from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.util import ClassNotFound
 
 # Longer code blocks are shown without highlighting: Pygments is linear but not fast.
@@ -206,6 +206,29 @@ def _highlighted(code: str, language: str) -> str:
     if not html:
         return f'<pre class="code"><code>{escape(code)}</code></pre>'
     return sanitize(html)
+
+
+def highlight_file(path: str, text: str) -> SafeString:
+    """A workspace file's text, highlighted by its name's language (escaped when none is
+    known or the text is past `HIGHLIGHT_LIMIT`)."""
+    return highlight_code(text, language_of(path) or "")
+
+
+def language_of(path: str) -> str | None:
+    """The Pygments language a file's name says (`notes.py` → python), if any."""
+    name = path.rsplit("/", 1)[-1]
+    stem, dot, suffix = name.rpartition(".")
+    return _language_of_name(f"x.{suffix}" if dot and stem else name[:100])
+
+
+@lru_cache(maxsize=256)
+def _language_of_name(name: str) -> str | None:
+    try:
+        lexer = get_lexer_for_filename(name)
+    except ClassNotFound:
+        return None
+    aliases = getattr(lexer, "aliases", None) or ()
+    return str(aliases[0]) if aliases else None
 
 
 def pygments_css() -> str:

@@ -532,6 +532,11 @@ class CompareOut(Schema):
     context: dict[str, Any] = Field(
         ..., description="The contexts each leaf would send next: sizes, token delta, changes"
     )
+    files: dict[str, Any] = Field(
+        ...,
+        description="The files the workspaces at `a` and `b` differ in (from A to B): counts "
+        "of added, removed and changed files, and the first of them with bounded diffs",
+    )
 
 
 class TraceOut(Schema):

@@ -29,6 +29,7 @@ from sessions_app.api.schemas import (
     plain,
 )
 from sessions_app.errors import DomainError
+from sessions_app.selectors.workspace_diffs import branches_diff
 
 router = Router(tags=["sessions"])
 
@@ -111,6 +112,7 @@ def compare_get(request: HttpRequest, session_id: uuid.UUID, query: Query[Compar
         "totals_a": plain(view.totals_a),
         "totals_b": plain(view.totals_b),
         "context": {**plain(view.context), "token_delta": view.context.token_delta},
+        "files": plain(branches_diff(session, query.a, query.b)),
     }
 
 

@@ -419,6 +419,12 @@ _BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]*$")
 
 
 @register.filter
+def key_of(mapping: Any, key: Any) -> Any:
+    """`mapping[key]`, or None (a tool call's count of changed files, by its span key)."""
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
 def image_src(image: Any) -> str:
     """A data: URI for an image block, or "" when it is not a plain raster image."""
     mime = str(getattr(image, "mime_type", "")).lower()

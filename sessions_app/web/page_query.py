@@ -16,7 +16,8 @@ from django.urls import reverse
 from sessions_app.bad_input import BadInput, check_text
 from sessions_app.models import Session
 
-VIEWS = ("chat", "trace", "context")
+VIEWS = ("chat", "trace", "context", "files")
+FILE_PATH_MAX = 4096  # a workspace path (the files API's bound)
 NUMBER_MAX = 2**62  # a seq or a turn (the API's `SEQ_MAX`): more is no page of ours
 
 
@@ -36,6 +37,8 @@ class PageQuery:
     tree: bool = False  # the whole tree, not only the rows around the shown leaf
     edit: str | None = None  # chat: the user message being edited (to resend)
     mark: str | None = None  # tree: an entry picked to compare with another
+    file: str | None = None  # files: the workspace file shown
+    files_from: int | None = None  # files: the page of the file tree from this file on
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> PageQuery:
@@ -74,6 +77,8 @@ class PageQuery:
             tree=text("tree") == "1",
             edit=text("edit"),
             mark=text("mark"),
+            file=text("file", FILE_PATH_MAX),
+            files_from=number("files_from"),
         )
 
     @classmethod

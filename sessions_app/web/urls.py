@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import path
 
 from sessions_app.web import (
+    files_views,
     replay_views,
     search_views,
     share_views,
@@ -40,6 +41,11 @@ urlpatterns = [
         "sessions/<uuid:session_id>/replays/<int:group>",
         replay_views.replay_group,
         name="session-replay-group",
+    ),
+    path(
+        "sessions/<uuid:session_id>/files/<path:file_path>",
+        files_views.session_file_download,
+        name="session-file",
     ),
     path("sessions/<uuid:session_id>/fork", views.session_fork, name="session-fork"),
     path("sessions/<uuid:session_id>/shares", share_views.session_shares, name="session-shares"),

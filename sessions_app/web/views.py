@@ -41,9 +41,15 @@ from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.models import Session
 from sessions_app.selectors import tree as tree_reads
 from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
+from sessions_app.selectors.workspace_diffs import (
+    branches_diff,
+    tool_call_diff,
+    tool_calls_changing_files,
+)
 from sessions_app.services import pi_io, ratelimit
 from sessions_app.streaming import streamed
 from sessions_app.web import html_export
+from sessions_app.web.files_views import files_panel
 from sessions_app.web.forms import (
     ApprovalForm,
     CompactForm,
@@ -77,6 +83,16 @@ def _session_or_404(request: HttpRequest, session_id: Any, *, write: bool = Fals
         raise PermissionDenied("this session is read-only for you") from None
     except DomainError:
         raise Http404("no such session") from None
+
+
+def _shown_query(request: HttpRequest) -> PageQuery:
+    """The page shown where a form was sent from the tree: for htmx, the browser's current
+    URL (a view switch pushes its URL without drawing the tree, and so the tree's forms,
+    again); else the form's `return_to`."""
+    current = request.headers.get("HX-Current-URL") if _is_htmx(request) else None
+    if current:
+        return PageQuery.from_querystring(urlsplit(current).query[:2000])
+    return _return_query(request)
 
 
 def _return_query(request: HttpRequest) -> PageQuery:
@@ -311,7 +327,10 @@ def session_leaf(request: HttpRequest, session_id: Any) -> HttpResponse:
     """Move the current leaf (a click in the tree); the views follow it."""
     session = _session_or_404(request, session_id, write=True)
     ratelimit.rate_hit(request.user, "navigate")
-    query = _return_query(request).view_only()
+    given = _shown_query(request)
+    # The view shown stays, and the Files view keeps its file: the same path at the entry
+    # clicked.
+    query = replace(given.view_only(), view=given.view, file=given.file)
     form = LeafForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
@@ -407,12 +426,19 @@ def session_compare(request: HttpRequest, session_id: Any) -> HttpResponse:
     except ValueError:
         return HttpResponseBadRequest("offset must be a number")
     view = selectors.branch_comparison(session, a, b, offset=offset, limit=COMPARE_PAGE_ROWS)
-    # Without `a`, A is the current leaf, and a live update follows it as it moves on.
-    follows = not request.GET.get("a")
-    context = {"session": session, "a": a, "b": b, "cmp": view, "follows": follows}
     # htmx: "show more" puts the next window in place of its own row; a live update
     # redraws the summary (the same template's partials).
     target = request.headers.get("HX-Target") if _is_htmx(request) else None
+    # Without `a`, A is the current leaf, and a live update follows it as it moves on.
+    follows = not request.GET.get("a")
+    context = {
+        "session": session,
+        "a": a,
+        "b": b,
+        "cmp": view,
+        "follows": follows,
+        "files_diff": branches_diff(session, a, b) if target != "compare-more" else None,
+    }
     partial = {"compare-more": "#compare-rows", "view": "#compare-summary"}.get(target or "", "")
     return render(request, f"sessions/compare.html{partial}", context)
 
@@ -645,6 +671,8 @@ def _view_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
     }
     if query.view == "trace":
         part.update(_trace_part(session, query, leaf))
+    elif query.view == "files":
+        part.update(files_panel(session, query, leaf))
     elif query.view == "context":
         window = selectors.context_window(
             session,
@@ -676,9 +704,18 @@ def _trace_window(session: Session, query: PageQuery, leaf: str | None) -> dict[
     window = selectors.trace_window(
         session, leaf, everywhere=query.scope == "all", before=query.before
     )
+    blocks = trace_blocks(window.trace)
+    calls = [b.row.span.key for block in blocks for b in block.bars if b.row.span.kind == "tool"]
     return {
         "trace": window.trace,
-        "blocks": trace_blocks(window.trace),
+        "blocks": blocks,
+        # Tool calls that changed files, with how many: a mark on their rows.
+        "files_changed": {
+            f"tool-{call_id}": count
+            for call_id, count in tool_calls_changing_files(
+                session, [key.removeprefix("tool-") for key in calls]
+            ).items()
+        },
         "older": window.older,
         "turn_count": window.turn_count,
         "turns_complete": window.complete,
@@ -688,6 +725,7 @@ def _trace_window(session: Session, query: PageQuery, leaf: str | None) -> dict[
 def _trace_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:
     part = _trace_window(session, query, leaf)
     part["selected"] = selectors.selected_span(session, query.span, query.turn, part["trace"])
+    part.update(_span_files(session, part["selected"]))
     return part
 
 
@@ -696,4 +734,12 @@ def trace_older_context(session: Session, query: PageQuery) -> dict[str, Any]:
 
 
 def span_context(session: Session, query: PageQuery) -> dict[str, Any]:
-    return {"selected": selectors.selected_span(session, query.span, query.turn, None)}
+    selected = selectors.selected_span(session, query.span, query.turn, None)
+    return {"selected": selected, **_span_files(session, selected)}
+
+
+def _span_files(session: Session, span: Any) -> dict[str, Any]:
+    """What a selected tool call changed in the workspace."""
+    if span is None or span.kind != "tool":
+        return {}
+    return {"span_files": tool_call_diff(session, span.key.removeprefix("tool-"))}

@@ -204,6 +204,25 @@
   var choices = 0;           // user requests into #view issued so far
   var choicesInFlight = 0;   // ... and not answered yet
 
+  // A response for #view asked while another view was shown (a live refresh, an approval
+  // or a tree click just before a view switch): drawing it would undo the switch. It is
+  // dropped and the view shown now is refreshed instead. A view switch itself (a link that
+  // pushes its URL) is the user's latest move, and is always drawn.
+  body.addEventListener("htmx:beforeRequest", function (evt) {
+    var view = document.getElementById("view");
+    if (evt.detail.xhr) evt.detail.xhr.strandViewUrl = view ? view.dataset.liveUrl : null;
+  });
+  body.addEventListener("htmx:beforeSwap", function (evt) {
+    var asked = evt.detail.xhr && evt.detail.xhr.strandViewUrl;
+    var target = evt.detail.target;
+    var view = document.getElementById("view");
+    if (!asked || !view || !target || target.id !== "view" || view.dataset.liveUrl === asked) return;
+    var elt = evt.detail.requestConfig && evt.detail.requestConfig.elt;
+    if (elt && elt.closest && elt.closest("[hx-push-url]")) return;
+    evt.detail.shouldSwap = false;
+    scheduleRefresh();
+  });
+
   function scheduleRefresh() {
     if (refreshTimer) return;
     refreshTimer = window.setTimeout(function () {
@@ -429,7 +448,7 @@
 
   // ---- keyboard ------------------------------------------------------------------------
 
-  var VIEW_KEYS = { "1": "chat", c: "chat", "2": "trace", t: "trace", "3": "context", x: "context" };
+  var VIEW_KEYS = { "1": "chat", c: "chat", "2": "trace", t: "trace", "3": "context", x: "context", "4": "files" };
 
   document.addEventListener("keydown", function (evt) {
     var target = evt.target;

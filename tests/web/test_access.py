@@ -15,6 +15,7 @@ READS = [
     ("session", ""),
     ("session", "?view=trace"),
     ("session", "?view=context"),
+    ("session", "?view=files"),
     ("session-export-html", ""),
     ("session-export-jsonl", ""),
     ("session-workspace-tar", ""),
