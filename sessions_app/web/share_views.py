@@ -37,6 +37,7 @@ from sessions_app.web.limit_responses import client_address
 from sessions_app.web.page_query import VIEWS, PageQuery
 from sessions_app.web.views import page_response
 
+GUEST_VIEWS = tuple(view for view in VIEWS if view != "files")
 GUEST_HEADERS = {
     "X-Robots-Tag": "noindex, nofollow",
     "Referrer-Policy": "no-referrer",
@@ -161,6 +162,8 @@ def _guest_query(session: Session, link: ShareLink, query: PageQuery) -> PageQue
     """What a guest's URL may show: no edit or compare marks; with a branch, only its path
     (the branch's leaf, its turns and its requests)."""
     query = replace(query, edit=None, mark=None)
+    if query.view not in GUEST_VIEWS:
+        query = replace(query, view="chat", file=None, files_from=None)
     if not link.branch:
         return query
     query = replace(query, leaf=link.branch, scope="branch")
@@ -192,7 +195,9 @@ def shared_session(request: HttpRequest, token: str) -> HttpResponse:
     session = _guest_session(link, rules)
     base = {
         "session": session,
-        "views": VIEWS,
+        # No Files view: a workspace's files are not facts the link's redaction reads through,
+        # so a guest sees none of them (nor the trace's diffs of them).
+        "views": GUEST_VIEWS,
         "can_write": False,
         "is_owner": False,
         "guest": True,

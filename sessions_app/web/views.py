@@ -35,7 +35,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from projections.trace_blocks import trace_blocks
 from runtime.errors import AgentError
-from sessions_app import access, selectors, services
+from sessions_app import access, redaction, selectors, services
 from sessions_app.errors import DomainError
 from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.models import Session
@@ -706,6 +706,8 @@ def _trace_window(session: Session, query: PageQuery, leaf: str | None) -> dict[
     )
     blocks = trace_blocks(window.trace)
     calls = [b.row.span.key for block in blocks for b in block.bars if b.row.span.kind == "tool"]
+    if redaction.active() is not None:
+        calls = []  # a guest of a share link sees no files (sessions_app.web.share_views)
     return {
         "trace": window.trace,
         "blocks": blocks,
@@ -740,6 +742,6 @@ def span_context(session: Session, query: PageQuery) -> dict[str, Any]:
 
 def _span_files(session: Session, span: Any) -> dict[str, Any]:
     """What a selected tool call changed in the workspace."""
-    if span is None or span.kind != "tool":
+    if span is None or span.kind != "tool" or redaction.active() is not None:
         return {}
     return {"span_files": tool_call_diff(session, span.key.removeprefix("tool-"))}

@@ -406,3 +406,28 @@ def test_deleting_a_session_deletes_its_links(as_alice: Api) -> None:
     assert as_alice.delete(f"/sessions/{session.id}").status_code == 204
     assert not ShareLink.objects.exists()
     assert guest(f"/s/{link['token']}/").status_code == 404
+
+
+def test_a_guest_sees_no_files_of_the_workspace(shared: Shared, as_alice: Api, alice: Any) -> None:
+    """The workspace's files are no facts the link's redaction reads through: a guest gets
+    no Files view (its address shows the chat) and no diffs in the trace."""
+    owner = Client()
+    owner.force_login(alice)
+    owner_view = owner.get(
+        f"/sessions/{shared.session.id}/?view=files&file=secret.txt&leaf={shared.branch}"
+    )
+    assert FILE_SECRET in owner_view.content.decode()  # the owner's Files view has it
+    link = made(
+        as_alice,
+        shared.session,
+        branch=shared.branch,
+        redact_tool_outputs=True,
+        redact_file_contents=True,
+        redact_patterns=["FILE-SECRET-[0-9]+"],
+    )
+    base = f"/s/{link['token']}/"
+    for query in ("?view=files", "?view=files&file=secret.txt", "?view=trace"):
+        text = page_text(guest(base + query))
+        assert FILE_SECRET not in text, query
+        assert "workspace.tar" not in text and 'id="files"' not in text, query
+        assert 'data-view-tab="files"' not in text, query
