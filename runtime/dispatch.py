@@ -248,7 +248,9 @@ class ToolDispatch:
                 # With what the tool changed in the folder, if it may change files.
                 result = _result_fact(plan.call, outcome, turn, step)
                 ran = plan.call.name if plan.runnable else ""
-                await self.cache.append(await self.files.after_tool(ran, plan.call.call_id, result))
+                await self.cache.append(
+                    await self.files.after_tool(ran, plan.call.call_id, result, plan.call.arguments)
+                )
                 written += 1
         except BaseException:
             for task in tasks.values():

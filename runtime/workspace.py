@@ -56,6 +56,8 @@ SESSIONS = "sessions"
 CHECKPOINT_EVERY = 32
 # The tools whose calls may change files (those of Pi's that do as well, by name).
 CHANGES_FILES = frozenset({"write_file", "write", "edit", "bash"})
+# Those that change only the file their `path` names (bash may change anything).
+NAMES_ITS_FILE = frozenset({"write_file", "write", "edit"})
 # Entry events: the leaf a turn ended at is the newest of these (or a `leaf/moved`).
 LEAF_TYPES = (
     "user/message",
@@ -138,6 +140,65 @@ def scan(root: Path, known: Manifest, quota: WorkspaceQuota) -> Scanned:
             blobs[sha] = content
     deleted = tuple(sorted(path for path in known if path not in found))
     return Scanned(changed, deleted, blobs, dict(sorted(found.items())))
+
+
+def scan_paths(
+    root: Path, known: Manifest, paths: Sequence[str], quota: WorkspaceQuota
+) -> Scanned | None:
+    """`scan`, for a tool that names the only files it may change (`write`, `edit`): those
+    paths alone are looked at, so the cost does not grow with the folder. None when a path
+    cannot be read that way (outside the folder, through a link, in another session's
+    folder): then the whole folder is scanned."""
+    skip = _skipped(root, quota)
+    found = dict(known)
+    changed: dict[str, WorkspaceFile] = {}
+    blobs: dict[str, bytes] = {}
+    deleted: list[str] = []
+    for given in paths:
+        rel = _inside(root, given)
+        if rel is None or rel.split("/", 1)[0] in skip or not _real_folders(root, root / rel):
+            return None
+        before = known.get(rel)
+        try:
+            info = os.lstat(root / rel)
+        except FileNotFoundError:
+            if before is not None:
+                deleted.append(rel)
+                del found[rel]
+            continue
+        except OSError:
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        mode = stat.S_IMODE(info.st_mode)
+        if (
+            before is not None
+            and before.size == info.st_size
+            and before.mtime_ns == info.st_mtime_ns
+            and before.mode == mode
+        ):
+            continue
+        content = _read(root / rel)
+        if content is None:
+            return None
+        sha = hashlib.sha256(content).hexdigest()
+        state = WorkspaceFile(sha, len(content), mode, info.st_mtime_ns)
+        found[rel] = state
+        if before is None or (before.sha256, before.mode) != (sha, mode):
+            changed[rel] = state
+            blobs[sha] = content
+    return Scanned(changed, tuple(sorted(deleted)), blobs, dict(sorted(found.items())))
+
+
+def _inside(root: Path, given: str) -> str | None:
+    """`given` (relative to `root`, or absolute inside it) as a manifest path, or None."""
+    if not isinstance(given, str) or not given or "\x00" in given:
+        return None
+    joined = os.path.normpath(os.path.join(root, given))
+    rel = os.path.relpath(joined, root)
+    if rel == "." or rel.startswith("..") or os.path.isabs(rel):
+        return None
+    return rel.replace(os.sep, "/")
 
 
 def _walk(root: Path, skip: frozenset[str]) -> list[tuple[str, os.stat_result]]:
@@ -366,11 +427,26 @@ class WorkspaceRecorder:
             )
         self.manifest = await asyncio.to_thread(materialize, self.root, current, target, blobs)
 
-    async def after_tool(self, tool: str, call_id: str, result: NewFact) -> list[NewFact]:
-        """The call's result, and a `tool` snapshot at it when the call changed files."""
+    async def after_tool(
+        self,
+        tool: str,
+        call_id: str,
+        result: NewFact,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> list[NewFact]:
+        """The call's result, and a `tool` snapshot at it when the call changed files. A
+        tool that names the one file it writes (`NAMES_ITS_FILE`) has that file looked at;
+        any other, the whole folder."""
         if self.root is None or tool not in CHANGES_FILES:
             return [result]
-        found = await asyncio.to_thread(scan, self.root, self.manifest, self.quota)
+        found: Scanned | None = None
+        named = (arguments or {}).get("path") if tool in NAMES_ITS_FILE else None
+        if isinstance(named, str):
+            found = await asyncio.to_thread(
+                scan_paths, self.root, self.manifest, [named], self.quota
+            )
+        if found is None:
+            found = await asyncio.to_thread(scan, self.root, self.manifest, self.quota)
         self.manifest = found.manifest
         if found.empty:
             return [result]

@@ -15,7 +15,7 @@ from projections.workspace import fold_workspace, snapshot_of
 from runtime import Runtime
 from runtime.ports import NewFact
 from runtime.tools import WorkspaceQuota
-from runtime.workspace import WorkspaceTooLarge, materialize, scan
+from runtime.workspace import WorkspaceTooLarge, materialize, scan, scan_paths
 from tests.runtime.conftest import OFFLINE
 from tests.runtime.fakes import FakeLog
 
@@ -158,3 +158,62 @@ def test_what_a_turn_cut_short_left_is_recorded_as_recovery(tmp_path: Path) -> N
     run(go())
     [snap] = snapshots(log, sid)
     assert snap["reason"] == "recovery" and list(snap["files"]) == ["half.txt"]
+
+
+def test_a_scan_of_the_named_paths_finds_what_the_whole_scan_finds(tmp_path: Path) -> None:
+    quota = WorkspaceQuota(max_bytes=0, max_entries=0)
+    for i in range(50):
+        (tmp_path / f"f{i}.txt").write_text(f"file {i}\n")
+    known = scan(tmp_path, {}, quota).manifest
+    (tmp_path / "f3.txt").write_text("changed\n")
+    (tmp_path / "new" / "deep").mkdir(parents=True)
+    (tmp_path / "new" / "deep" / "n.txt").write_text("new\n")
+    (tmp_path / "f7.txt").unlink()
+    named = scan_paths(
+        tmp_path, known, ["f3.txt", "./new/deep/n.txt", str(tmp_path / "f7.txt")], quota
+    )
+    whole = scan(tmp_path, known, quota)
+    assert named is not None
+    assert named.files == whole.files and named.deleted == whole.deleted == ("f7.txt",)
+    assert named.manifest == whole.manifest and named.blobs == whole.blobs
+    # Unchanged: nothing found, nothing read.
+    again = scan_paths(tmp_path, whole.manifest, ["f3.txt"], quota)
+    assert again is not None and again.empty
+
+
+def test_a_named_path_that_is_not_plainly_inside_falls_back_to_the_whole_scan(
+    tmp_path: Path,
+) -> None:
+    quota = WorkspaceQuota(max_bytes=0, max_entries=0, folder=str(tmp_path))
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "x.txt").write_text("x")
+    (tmp_path / "link").symlink_to(outside)
+    (tmp_path / "sessions" / "other").mkdir(parents=True)
+    (tmp_path / "sessions" / "other" / "o.txt").write_text("another session's")
+    for path in ("../x.txt", "link/x.txt", "sessions/other/o.txt", "", ".", "a\x00b"):
+        assert scan_paths(tmp_path, {}, [path], quota) is None, path
+
+
+def test_a_write_records_its_file_alone_and_a_hand_edit_is_recorded_at_the_next_turn(
+    tmp_path: Path,
+) -> None:
+    log = FakeLog()
+    sid = log.create(OFFLINE, cwd=str(tmp_path))
+    (tmp_path / "a.txt").write_text("a")
+
+    async def go() -> None:
+        rt = Runtime(log)
+        await turn(rt, sid, "list files")
+        (tmp_path / "by-hand.txt").write_text("made by hand while the agent worked")
+        await turn(rt, sid, "write notes.txt: hello")
+        (tmp_path / "later.txt").write_text("by hand, after")
+        await turn(rt, sid, "list files")
+
+    run(go())
+    recorded = [(d["reason"], sorted(d["files"])) for d in snapshots(log, sid)]
+    assert ("tool", ["notes.txt"]) in recorded
+    outside = [files for reason, files in recorded if reason == "outside"]
+    assert ["by-hand.txt"] in outside and ["later.txt"] in outside
+    leaf = log.sessions[sid].leaf
+    assert set(files_at(log, sid, leaf)) == {"a.txt", "by-hand.txt", "notes.txt", "later.txt"}
