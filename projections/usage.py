@@ -7,6 +7,11 @@ tokens and cost (Pi's `usage`, the cost the audit desk and the session pages sho
 percentiles per model can be read from the sums; a tool call counts under its tool, a failed
 tool result as an error of its tool; a turn counts under how it ended; a provider fault
 (a failed reply's `fault`, or a retried attempt's `previous_fault`) under its kind.
+
+A Pi file's entries count the same way once imported: its replies (`entry/message`, with the
+tool calls in their content and the tool results that failed), and Pi 1.6's `usage` entries,
+the cost spent outside the context, under their provider and model (and their kind, known
+or not, in `usage_entries`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,19 @@ def _figures(event_type: str, data: Mapping[str, Any]) -> Iterator[UsageFigure]:
     one = Decimal(1)
     if event_type == "assistant/message":
         yield from _reply_figures(data)
+    elif event_type == "entry/message":
+        # A Pi file's entries, imported: its replies, the tools they call, their failures.
+        message = _message(data)
+        if message.get("role") == "assistant":
+            yield from _reply_figures(data)
+            for part in _parts(message):
+                if part.get("type") == "toolCall":
+                    yield UsageFigure("tool_calls", one, label=_label(part.get("name")))
+        elif message.get("role") == "toolResult" and message.get("isError") is True:
+            yield UsageFigure("tool_errors", one, label=_label(message.get("toolName")))
+    elif event_type == "entry/usage":
+        # Pi 1.6's cost outside the context (a cache warm-up, a summary's model call...).
+        yield from _usage_entry_figures(data)
     elif event_type == "tool/call":
         yield UsageFigure("tool_calls", one, label=_label(data.get("tool")))
     elif event_type == "tool/result":
@@ -71,21 +89,7 @@ def _reply_figures(data: Mapping[str, Any]) -> Iterator[UsageFigure]:
         return UsageFigure(metric, value, label=label, provider=provider, model=model)
 
     yield figure("replies", Decimal(1))
-    usage = message.get("usage")
-    if isinstance(usage, Mapping):
-        parts = {name: _number(usage.get(key)) for key, name in TOKEN_METRICS.items()}
-        for name, value in parts.items():
-            if value:
-                yield figure(name, value)
-        total = _number(usage.get("totalTokens"))
-        if total is None:
-            total = sum((v for v in parts.values() if v is not None), Decimal(0))
-        if total:
-            yield figure("total_tokens", total)
-        cost = usage.get("cost")
-        spent = _number(cost.get("total")) if isinstance(cost, Mapping) else None
-        if spent:
-            yield figure("cost", spent)
+    yield from _token_figures(message.get("usage"), provider, model)
     timing = data.get("timing")
     if isinstance(timing, Mapping):
         for key, metric in (("ttft_ms", "ttft_ms"), ("duration_ms", "duration_ms")):
@@ -97,6 +101,42 @@ def _reply_figures(data: Mapping[str, Any]) -> Iterator[UsageFigure]:
         yield figure("faults", Decimal(1), label=_label(fault.get("kind")))
     if message.get("stopReason") == "aborted":
         yield figure("aborted_replies", Decimal(1))
+
+
+def _token_figures(usage: Any, provider: str, model: str) -> Iterator[UsageFigure]:
+    if not isinstance(usage, Mapping):
+        return
+    parts = {name: _number(usage.get(key)) for key, name in TOKEN_METRICS.items()}
+    for name, value in parts.items():
+        if value:
+            yield UsageFigure(name, value, provider=provider, model=model)
+    total = _number(usage.get("totalTokens"))
+    if total is None:
+        total = sum((v for v in parts.values() if v is not None), Decimal(0))
+    if total:
+        yield UsageFigure("total_tokens", total, provider=provider, model=model)
+    cost = usage.get("cost")
+    spent = _number(cost.get("total")) if isinstance(cost, Mapping) else None
+    if spent:
+        yield UsageFigure("cost", spent, provider=provider, model=model)
+
+
+def _usage_entry_figures(data: Mapping[str, Any]) -> Iterator[UsageFigure]:
+    entry = data.get("entry")
+    if not isinstance(entry, Mapping):
+        return
+    provider, model = _label(entry.get("provider")), _label(entry.get("model"))
+    # Any kind, those no version of Pi defines included, counts by its name.
+    kind = _label(entry.get("kind"))
+    yield UsageFigure("usage_entries", Decimal(1), label=kind, provider=provider, model=model)
+    yield from _token_figures(entry.get("usage"), provider, model)
+
+
+def _parts(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [part for part in content if isinstance(part, Mapping)]
 
 
 def bucket_label(ms: Decimal | float) -> str:

@@ -137,3 +137,29 @@ def test_the_audit_desks_usage_page_shows_the_rollups(alice: Any, carol: Any) ->
     rollups = html[html.index('id="audit-rollups"') :]
     assert '<th scope="row">grep</th><td>1</td><td>1</td>' in rollups
     assert '<th scope="row">interrupted</th><td>1</td>' in rollups
+
+
+def test_an_imported_pi_files_replies_and_usage_entries_count(alice: Any, as_alice: Api) -> None:
+    """A Pi 1.6 file's replies and its `usage` entries (cost outside the context, of a kind
+    no version of Pi defines too) count in usage as a reply recorded here does."""
+    import json
+    from pathlib import Path
+
+    from sessions_app.services import pi_io
+
+    path = Path(__file__).parents[1] / "fixtures/pi/v1.6/cases/usage_entries.jsonl"
+    with path.open("rb") as source:
+        pi_io.pi_import(source=source, owner=alice, name="usage entries")
+    project_pending()
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    replies = [
+        e["message"]["usage"]
+        for e in lines
+        if e["type"] == "message" and e["message"]["role"] == "assistant"
+    ]
+    spent = [e["usage"] for e in lines if e["type"] == "usage"]
+    assert replies and spent
+    total = body_of(as_alice.get("/usage"))["total"]
+    assert total["replies"] == len(replies)
+    assert Decimal(total["cost"]) == sum(Decimal(str(u["cost"]["total"])) for u in replies + spent)
+    assert total["total_tokens"] == sum(u["totalTokens"] for u in replies + spent)
