@@ -24,6 +24,7 @@ def main(argv: list[str]) -> int:
         search,
         tools,
         trees,
+        usage,
     )
 
     suites = {
@@ -39,6 +40,7 @@ def main(argv: list[str]) -> int:
         "search": search.run,
         "entry_search": entry_search.run,
         "projector": projector.run,
+        "usage": usage.run,
     }
     chosen = argv or list(suites)
     report = Report()
