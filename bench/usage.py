@@ -5,8 +5,8 @@ The rollup rows (`UsageCount`) are loaded with COPY as the usage projector would
 written them for 1,000 events a session: each session on two days under one of four
 models, with replies, the four kinds of tokens and their total, cost, requests, turns by
 how they ended, tool calls of six tools and errors of three, faults of two kinds and
-latency buckets (about 40 rows a session a day, 80,000 in all); the checkpoints are
-current, so the report reads the rollups and an empty tail. One owner holds every session.
+latency buckets (34 rows a session a day, 68,000 in all); the sessions hold no events
+of their own, so the report reads the rollups and an empty tail. One owner holds every session.
 Each of the page, the JSON and the CSV is fetched ROUNDS times, interleaved, signed in (the
 page and the CSV) or with a personal token (the JSON).
 
