@@ -24,6 +24,7 @@ def main(argv: list[str]) -> int:
         search,
         tools,
         trees,
+        usage,
         workspace,
     )
 
@@ -40,6 +41,7 @@ def main(argv: list[str]) -> int:
         "search": search.run,
         "entry_search": entry_search.run,
         "projector": projector.run,
+        "usage": usage.run,
         "workspace": workspace.run,
     }
     chosen = argv or list(suites)

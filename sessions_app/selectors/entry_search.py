@@ -6,7 +6,9 @@ normalised text, `projections.search_text.normalise`), so a word finds the words
 (a trailing `*` is accepted and means the same), and Japanese or Chinese text, which has no
 spaces, is found by any run of its characters. The index is a trigram index
 (`SearchDoc.norm`, pg_trgm) that the projector fills; a term needs three characters to use
-it. A query whose terms are all shorter is answered from the viewer's newest `RECENT_MAX`
+it. A page of a frequent term is first looked for among the newest `SCAN_MAX` rows in
+scope, read in order (`_newest_matching`); the trigram index answers when it is not there.
+A query whose terms are all shorter is answered from the viewer's newest `RECENT_MAX`
 entries only, and says so (`scope: "recent"`), rather than reading every entry.
 
 Never stale: in one snapshot (REPEATABLE READ), the index is read together with the tail of
@@ -45,6 +47,7 @@ TERM_MIN = 3  # the shortest term the trigram index can look up
 LIMIT_MAX = 100
 RECENT_MAX = 20_000
 TAIL_MAX = 5_000
+SCAN_MAX = 5_000  # the newest rows read in order before the trigram index is asked
 TIMEOUT_MS = 5_000
 SNIPPET_CHARS = 200
 
@@ -100,6 +103,12 @@ class SearchPage:
 
 
 Key = tuple[datetime, uuid.UUID, int, int]  # (time, session, seq, part): newest first
+
+_COLUMNS = (
+    "d.session_id, d.seq, d.part, d.entry_id, d.role, d.tool_name, d.is_error, d.model, "
+    "d.time, d.text"
+)
+_ORDER = "d.time DESC, d.session_id DESC, d.seq DESC, d.part DESC"
 
 
 # --- the query ---------------------------------------------------------------------------
@@ -210,8 +219,20 @@ def _indexed(
     limit: int,
     recent: bool,
 ) -> list[SearchHit]:
-    where = ["d.norm LIKE %s" for _ in terms]
-    params: list[Any] = [_like(term) for term in terms]
+    # The entry's own conditions: its text and its facts.
+    match = ["d.norm LIKE %s" for _ in terms]
+    match_params: list[Any] = [_like(term) for term in terms]
+    for column, value in (
+        ("d.role", filters.role),
+        ("d.tool_name", filters.tool),
+        ("d.model", filters.model),
+    ):
+        if value is not None:
+            match.append(f"{column} = %s")
+            match_params.append(value)
+    if filters.errors_only:
+        match.append("d.is_error")
+    # Which rows are looked at: the viewer's, of the session, in the dates, past the cursor.
     scope: list[str] = []
     scope_params: list[Any] = []
     if owner is not None:
@@ -220,48 +241,78 @@ def _indexed(
     if filters.session_id is not None:
         scope.append("d.session_id = %s")
         scope_params.append(filters.session_id)
-    for column, value in (
-        ("d.role", filters.role),
-        ("d.tool_name", filters.tool),
-        ("d.model", filters.model),
-    ):
-        if value is not None:
-            where.append(f"{column} = %s")
-            params.append(value)
-    if filters.errors_only:
-        where.append("d.is_error")
+    bounds: list[str] = []
+    bounds_params: list[Any] = []
     if filters.since is not None:
-        where.append("d.time >= %s")
-        params.append(filters.since)
+        bounds.append("d.time >= %s")
+        bounds_params.append(filters.since)
     if filters.until is not None:
-        where.append("d.time < %s")
-        params.append(filters.until)
+        bounds.append("d.time < %s")
+        bounds_params.append(filters.until)
     if after is not None:
-        where.append("(d.time, d.session_id, d.seq, d.part) < (%s, %s, %s, %s)")
-        params.extend(after)
+        bounds.append("(d.time, d.session_id, d.seq, d.part) < (%s, %s, %s, %s)")
+        bounds_params.extend(after)
+    rows = None
     if recent:
         # Short terms only: the newest RECENT_MAX entries in scope, read in order.
         bound = " AND ".join(s.replace("d.", "r.") for s in scope) or "true"
-        where.append(
+        bounds.append(
             f"d.time >= COALESCE((SELECT r.time FROM sessions_app_searchdoc r WHERE {bound} "
             f"ORDER BY r.time DESC OFFSET {RECENT_MAX - 1} LIMIT 1), '-infinity')"
         )
-        params.extend(scope_params)
-    sql = f"""
-        SELECT d.session_id, d.seq, d.part, d.entry_id, d.role, d.tool_name, d.is_error,
-               d.model, d.time, d.text
-        FROM sessions_app_searchdoc d
-        WHERE {" AND ".join(scope + where)}
-        ORDER BY d.time DESC, d.session_id DESC, d.seq DESC, d.part DESC
-        LIMIT %s
-    """
-    with connection.cursor() as cur:
-        cur.execute(sql, [*scope_params, *params, limit])
-        rows = cur.fetchall()
+        bounds_params.extend(scope_params)
+    else:
+        rows = _newest_matching(
+            scope + bounds, [*scope_params, *bounds_params], match, match_params, limit
+        )
+    if rows is None:
+        sql = f"""
+            SELECT {_COLUMNS}
+            FROM sessions_app_searchdoc d
+            WHERE {" AND ".join(scope + bounds + match)}
+            ORDER BY {_ORDER}
+            LIMIT %s
+        """
+        with connection.cursor() as cur:
+            cur.execute(sql, [*scope_params, *bounds_params, *match_params, limit])
+            rows = cur.fetchall()
     return [
         _hit(sid, seq, part, eid, SearchPart(part, role, text, tool, err, model), time, terms)
         for sid, seq, part, eid, role, tool, err, model, time, text in rows
     ]
+
+
+def _newest_matching(
+    scope: Sequence[str],
+    scope_params: Sequence[Any],
+    match: Sequence[str],
+    match_params: Sequence[Any],
+    limit: int,
+) -> list[tuple[Any, ...]] | None:
+    """The first `limit` rows that `match` among the newest `SCAN_MAX` rows in `scope`,
+    read in the results' order by the ordered index; None when fewer match there, and the
+    trigram index must find them (a rare term, a narrow filter).
+
+    Exact either way: the newest rows are read in the results' order, so `limit` matches
+    among them are the first `limit` of all. A frequent term is found this way in a few
+    thousand rows at most, where the trigram index would read and recheck every one of its
+    matches before the newest are sorted out."""
+    sql = f"""
+        SELECT {_COLUMNS}
+        FROM (
+            SELECT * FROM sessions_app_searchdoc d
+            WHERE {" AND ".join(scope) or "true"}
+            ORDER BY {_ORDER}
+            LIMIT {SCAN_MAX}
+        ) d
+        WHERE {" AND ".join(match)}
+        ORDER BY {_ORDER}
+        LIMIT %s
+    """
+    with connection.cursor() as cur:
+        cur.execute(sql, [*scope_params, *match_params, limit])
+        rows = cur.fetchall()
+    return rows if len(rows) == limit else None
 
 
 def _tail(

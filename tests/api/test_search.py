@@ -14,6 +14,7 @@ from projections.search_text import entry_parts
 from sessions_app import services, store
 from sessions_app.models import Entry, SearchDoc, Session
 from sessions_app.projectors import project_pending, projector_lag, runner
+from sessions_app.selectors import entry_search
 from sessions_app.store import NewEvent
 from tests.api.conftest import Api, body_of, user_msg
 
@@ -190,6 +191,38 @@ def test_results_page_with_a_cursor_without_gaps_or_repeats(alice: Any, as_alice
     assert sorted(seen) == sorted(f"pelican number {n}" for n in range(30))
     assert len(seen) == len(set(seen))
     assert search(as_alice, "pelican", cursor="not-a-cursor").status_code == 400
+
+
+@pytest.mark.parametrize("scan", [0, 4, 10_000])
+def test_reading_the_newest_rows_first_finds_what_the_trigram_index_finds(
+    alice: Any, as_alice: Api, monkeypatch: pytest.MonkeyPatch, scan: int
+) -> None:
+    # 0: every page from the trigram index; 4: the newest rows first, then the index;
+    # 10,000: every page among the newest rows.
+    events = []
+    for n in range(24):
+        text = f"heron {n}" if n % 3 else f"heron and egret {n}"
+        events.append(user_msg(text) if n % 2 else assistant_msg(text))
+    session_with(alice, *events)
+    project_pending()
+    monkeypatch.setattr(entry_search, "SCAN_MAX", scan)
+
+    def pages(q: str, **params: Any) -> list[str]:
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            body = body_of(
+                search(as_alice, q, limit="3", **params, **({"cursor": cursor} if cursor else {}))
+            )
+            seen += [i["snippet"] for i in body["items"]]
+            cursor = body["next_cursor"]
+            if cursor is None:
+                return seen
+
+    assert pages("heron") == [
+        f"heron {n}" if n % 3 else f"heron and egret {n}" for n in reversed(range(24))
+    ]
+    assert pages("egret", role="user") == [f"heron and egret {n}" for n in (21, 15, 9, 3)]
 
 
 def test_a_projector_failing_mid_batch_resumes_without_a_gap_or_a_duplicate(
