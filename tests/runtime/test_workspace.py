@@ -216,4 +216,5 @@ def test_a_write_records_its_file_alone_and_a_hand_edit_is_recorded_at_the_next_
     outside = [files for reason, files in recorded if reason == "outside"]
     assert ["by-hand.txt"] in outside and ["later.txt"] in outside
     leaf = log.sessions[sid].leaf
+    assert leaf is not None
     assert set(files_at(log, sid, leaf)) == {"a.txt", "by-hand.txt", "notes.txt", "later.txt"}
