@@ -284,7 +284,9 @@ class _Sums:
         if metric in TOTAL_METRICS:
             self.owners[owner_id].add(metric, value)
 
-    def _add_model(self, provider: str, model: str, metric: str, label: str, value: Decimal) -> None:
+    def _add_model(
+        self, provider: str, model: str, metric: str, label: str, value: Decimal
+    ) -> None:
         """Everything but days and owners: the totals, per model, per tool, turns, faults,
         requests and the latency buckets."""
         if metric == "tool_calls" or metric == "tool_errors":
@@ -327,9 +329,7 @@ class _Sums:
                 self.models.values(), key=lambda m: (-m.totals.cost, -m.totals.total_tokens)
             ),
             by_session=[(sid, titles.get(sid, "(deleted)"), t) for sid, t in costly],
-            by_user=sorted(
-                ((names.get(o, str(o)), t) for o, t in self.owners.items()), key=by_cost
-            )
+            by_user=sorted(((names.get(o, str(o)), t) for o, t in self.owners.items()), key=by_cost)
             if everyone
             else [],
             tools=sorted(self.tools.values(), key=lambda t: (-t.calls, t.tool)),
