@@ -1,7 +1,9 @@
 """Usage and failures read from the projector's rollups (`UsageCount`): tokens and cost per
 day, model and session, tool calls and errors per tool, how turns ended, provider faults by
 kind, and latency percentiles per model. Nothing here reads the event log, so a report costs
-the same at 1 or 1,000,000 sessions; the events after the projector's checkpoints are
+the same at 1 or 1,000,000 sessions; the rollups are summed in Postgres (one scan grouped per
+day, owner and model, and the sessions that cost most ranked there), so what comes back is
+only the rows the tables show; the events after the projector's checkpoints are
 added from the log, in the same snapshot, so a report is never behind. Nothing here writes.
 
 Owners see their own usage; staff everyone's, or one user's.
@@ -120,21 +122,17 @@ def usage_report(
     if until is not None:
         where.append("day <= %s")
         params.append(until)
+    scope = Scope(" AND ".join(where), params)
     with transaction.atomic():
         with connection.cursor() as cur:
             if not connection.savepoint_ids:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cur.execute(
-                f"""
-                SELECT owner_id, day, session_id, provider, model, metric, label, sum(value)
-                FROM sessions_app_usagecount WHERE {" AND ".join(where)}
-                GROUP BY owner_id, day, session_id, provider, model, metric, label
-                """,
-                params,
-            )
-            rows = cur.fetchall()
-        rows += _tail_rows(owner_id, since, until)
-    return _report(shown, rows, everyone=owner_id is None)
+        tail = _tail_rows(owner_id, since, until)
+        report = _Sums()
+        report.add_grouped(_grouped_rows(scope))
+        report.add_tail(tail)
+        sessions = _costly_sessions(scope, {row[2] for row in tail}, tail)
+    return report.finish(shown, sessions, everyone=owner_id is None)
 
 
 def _tail_rows(owner_id: int | None, since: date | None, until: date | None) -> list[Any]:
@@ -174,64 +172,171 @@ def _tail_rows(owner_id: int | None, since: date | None, until: date | None) -> 
     return rows
 
 
-def _report(shown: str | None, rows: list[tuple[Any, ...]], *, everyone: bool) -> UsageReport:
-    total = Totals()
-    days: dict[date, Totals] = defaultdict(Totals)
-    models: dict[str, ModelUsage] = {}
+@dataclass
+class Scope:
+    """The WHERE clause over `sessions_app_usagecount` of one report, and its parameters."""
+
+    where: str
+    params: list[Any]
+
+
+# The metrics summed into a `Totals`; the others are counts by label or latency buckets.
+TOTAL_METRICS = ("replies", *TOKENS, "cost")
+
+
+def _grouped_rows(scope: Scope) -> list[tuple[Any, ...]]:
+    """The rollups summed in Postgres, in one scan, per (metric, day), per (metric, owner)
+    and per (metric, provider, model, label): a few hundred rows whatever the number of
+    sessions. Each row is (grouping, day, owner_id, provider, model, metric, label, sum),
+    where `grouping` says which of the three it is (`GROUPING(day, owner_id, provider)`)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT GROUPING(day, owner_id, provider), day, owner_id, provider, model,
+                   metric, label, sum(value)
+            FROM sessions_app_usagecount WHERE {scope.where}
+            GROUP BY GROUPING SETS (
+                (metric, day), (metric, owner_id), (metric, provider, model, label)
+            )
+            """,
+            scope.params,
+        )
+        return cur.fetchall()
+
+
+_BY_DAY, _BY_OWNER, _BY_MODEL = 0b011, 0b101, 0b110
+
+
+def _costly_sessions(
+    scope: Scope, touched: set[uuid.UUID], tail: list[tuple[Any, ...]]
+) -> list[tuple[uuid.UUID, Totals]]:
+    """The TOP_SESSIONS sessions that cost most (then: most tokens). Ranked in Postgres among
+    the sessions the tail does not touch (their rollups are their whole figures), beside the
+    sessions it touches (rollups and tail added), so only those sessions' rows are read."""
+    totals = list(TOTAL_METRICS)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT session_id FROM sessions_app_usagecount
+            WHERE {scope.where} AND metric = ANY(%s) AND NOT (session_id = ANY(%s))
+            GROUP BY session_id
+            ORDER BY COALESCE(sum(value) FILTER (WHERE metric = 'cost'), 0) DESC,
+                     COALESCE(sum(value) FILTER (WHERE metric = 'total_tokens'), 0) DESC,
+                     session_id
+            LIMIT %s
+            """,
+            [*scope.params, totals, list(touched), TOP_SESSIONS],
+        )
+        candidates = [row[0] for row in cur.fetchall()] + list(touched)
+        cur.execute(
+            f"""
+            SELECT session_id, metric, sum(value) FROM sessions_app_usagecount
+            WHERE {scope.where} AND metric = ANY(%s) AND session_id = ANY(%s)
+            GROUP BY session_id, metric
+            """,
+            [*scope.params, totals, candidates],
+        )
+        rows = cur.fetchall()
     sessions: dict[uuid.UUID, Totals] = defaultdict(Totals)
-    owners: dict[int, Totals] = defaultdict(Totals)
-    tools: dict[str, ToolUsage] = {}
-    turns: dict[str, int] = defaultdict(int)
-    faults: dict[str, int] = defaultdict(int)
-    requests = 0
-    for owner_id, day, session_id, provider, model, metric, label, value in rows:
-        value = Decimal(value)
+    for session_id, metric, value in rows:
+        sessions[session_id].add(metric, Decimal(value))
+    for _owner, _day, session_id, _provider, _model, metric, _label, value in tail:
+        sessions[session_id].add(metric, Decimal(value))
+    ranked = sorted(sessions.items(), key=lambda kv: (-kv[1].cost, -kv[1].total_tokens, kv[0]))
+    return ranked[:TOP_SESSIONS]
+
+
+class _Sums:
+    """A report's figures, added from the rows summed in Postgres and from the tail."""
+
+    def __init__(self) -> None:
+        self.total = Totals()
+        self.days: dict[date, Totals] = defaultdict(Totals)
+        self.models: dict[str, ModelUsage] = {}
+        self.owners: dict[int, Totals] = defaultdict(Totals)
+        self.tools: dict[str, ToolUsage] = {}
+        self.turns: dict[str, int] = defaultdict(int)
+        self.faults: dict[str, int] = defaultdict(int)
+        self.requests = 0
+
+    def add_grouped(self, rows: list[tuple[Any, ...]]) -> None:
+        for grouping, day, owner_id, provider, model, metric, label, value in rows:
+            value = Decimal(value)
+            if grouping == _BY_DAY:
+                self._add_day(day, metric, value)
+            elif grouping == _BY_OWNER:
+                self._add_owner(owner_id, metric, value)
+            elif grouping == _BY_MODEL:
+                self._add_model(provider, model, metric, label, value)
+
+    def add_tail(self, rows: list[tuple[Any, ...]]) -> None:
+        for owner_id, day, _session_id, provider, model, metric, label, value in rows:
+            value = Decimal(value)
+            self._add_day(day, metric, value)
+            self._add_owner(owner_id, metric, value)
+            self._add_model(provider, model, metric, label, value)
+
+    def _add_day(self, day: date, metric: str, value: Decimal) -> None:
+        if metric in TOTAL_METRICS:
+            self.days[day].add(metric, value)
+
+    def _add_owner(self, owner_id: int, metric: str, value: Decimal) -> None:
+        if metric in TOTAL_METRICS:
+            self.owners[owner_id].add(metric, value)
+
+    def _add_model(
+        self, provider: str, model: str, metric: str, label: str, value: Decimal
+    ) -> None:
+        """Everything but days and owners: the totals, per model, per tool, turns, faults,
+        requests and the latency buckets."""
         if metric == "tool_calls" or metric == "tool_errors":
-            tool = tools.setdefault(label, ToolUsage(label))
+            tool = self.tools.setdefault(label, ToolUsage(label))
             if metric == "tool_calls":
                 tool.calls += int(value)
             else:
                 tool.errors += int(value)
         elif metric == "turns":
-            turns[label] += int(value)
+            self.turns[label] += int(value)
         elif metric == "faults":
-            faults[label] += int(value)
+            self.faults[label] += int(value)
         elif metric == "requests":
-            requests += int(value)
+            self.requests += int(value)
         elif metric in ("ttft_ms", "duration_ms"):
-            usage = models.setdefault(_model(provider, model), ModelUsage(_model(provider, model)))
+            usage = self._model(provider, model)
             histogram = usage.ttft if metric == "ttft_ms" else usage.duration
             histogram[label] = histogram.get(label, 0) + int(value)
         else:
-            for totals in (
-                total,
-                days[day],
-                sessions[session_id],
-                owners[owner_id],
-                models.setdefault(
-                    _model(provider, model), ModelUsage(_model(provider, model))
-                ).totals,
-            ):
-                totals.add(metric, value)
-    costly = sorted(sessions.items(), key=lambda kv: (-kv[1].cost, -kv[1].total_tokens))
-    costly = costly[:TOP_SESSIONS]
-    titles = {s.id: str(s) for s in Session.objects.filter(id__in=[sid for sid, _ in costly])}
-    names = dict(get_user_model().objects.filter(pk__in=list(owners)).values_list("pk", "username"))
-    by_cost = lambda kv: (-kv[1].cost, -kv[1].total_tokens, kv[0])  # noqa: E731
-    return UsageReport(
-        user=shown,
-        total=total,
-        by_day=sorted(days.items()),
-        by_model=sorted(models.values(), key=lambda m: (-m.totals.cost, -m.totals.total_tokens)),
-        by_session=[(sid, titles.get(sid, "(deleted)"), t) for sid, t in costly],
-        by_user=sorted(((names.get(o, str(o)), t) for o, t in owners.items()), key=by_cost)
-        if everyone
-        else [],
-        tools=sorted(tools.values(), key=lambda t: (-t.calls, t.tool)),
-        turns=dict(sorted(turns.items())),
-        faults=dict(sorted(faults.items())),
-        requests=requests,
-    )
+            self.total.add(metric, value)
+            self._model(provider, model).totals.add(metric, value)
+
+    def _model(self, provider: str, model: str) -> ModelUsage:
+        label = _model(provider, model)
+        return self.models.setdefault(label, ModelUsage(label))
+
+    def finish(
+        self, shown: str | None, costly: list[tuple[uuid.UUID, Totals]], *, everyone: bool
+    ) -> UsageReport:
+        titles = {s.id: str(s) for s in Session.objects.filter(id__in=[sid for sid, _ in costly])}
+        names = dict(
+            get_user_model().objects.filter(pk__in=list(self.owners)).values_list("pk", "username")
+        )
+        by_cost = lambda kv: (-kv[1].cost, -kv[1].total_tokens, kv[0])  # noqa: E731
+        return UsageReport(
+            user=shown,
+            total=self.total,
+            by_day=sorted(self.days.items()),
+            by_model=sorted(
+                self.models.values(), key=lambda m: (-m.totals.cost, -m.totals.total_tokens)
+            ),
+            by_session=[(sid, titles.get(sid, "(deleted)"), t) for sid, t in costly],
+            by_user=sorted(((names.get(o, str(o)), t) for o, t in self.owners.items()), key=by_cost)
+            if everyone
+            else [],
+            tools=sorted(self.tools.values(), key=lambda t: (-t.calls, t.tool)),
+            turns=dict(sorted(self.turns.items())),
+            faults=dict(sorted(self.faults.items())),
+            requests=self.requests,
+        )
 
 
 def _model(provider: str, model: str) -> str:

@@ -12,6 +12,7 @@ from django.test import Client
 from sessions_app import store
 from sessions_app.models import Event
 from sessions_app.projectors import project_pending
+from sessions_app.selectors.usage import TOP_SESSIONS
 from sessions_app.store import NewEvent
 from tests.api.conftest import Api, body_of, user_msg
 from tests.api.test_search import session_with, tool_result
@@ -163,3 +164,22 @@ def test_an_imported_pi_files_replies_and_usage_entries_count(alice: Any, as_ali
     assert total["replies"] == len(replies)
     assert Decimal(total["cost"]) == sum(Decimal(str(u["cost"]["total"])) for u in replies + spent)
     assert total["total_tokens"] == sum(u["totalTokens"] for u in replies + spent)
+
+
+def test_the_sessions_that_cost_most_are_ranked_with_the_tail(alice: Any, as_alice: Api) -> None:
+    """The top sessions are ranked in Postgres from the rollups, beside the sessions with
+    events the projector has not read: the cheapest projected session becomes the costliest
+    by a reply written after the projection."""
+    sessions = [
+        session_with(alice, user_msg("hi"), reply("small", 10, 1, n + 1, 300), title=f"S{n}")
+        for n in range(TOP_SESSIONS + 2)
+    ]
+    project_pending()
+    cheapest = sessions[0]
+    store.append_events(cheapest.id, cheapest.last_seq, [reply("small", 1, 1, 100, 40)])
+    ranked = body_of(as_alice.get("/usage"))["by_session"]
+    expected = ["S0", *(f"S{n}" for n in range(TOP_SESSIONS + 1, 1, -1))][:TOP_SESSIONS]
+    assert [s["title"] for s in ranked] == expected
+    assert Decimal(ranked[0]["cost"]) == 101 and Decimal(ranked[1]["cost"]) == TOP_SESSIONS + 2
+    project_pending()
+    assert body_of(as_alice.get("/usage"))["by_session"] == ranked
