@@ -3,12 +3,10 @@ workspace as a streamed tar archive; and an upload of files or an archive into i
 
 from __future__ import annotations
 
-import tempfile
 import uuid
-from typing import IO, Any
+from typing import Any
 
-from django.conf import settings
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from sessions_app import access
@@ -19,16 +17,12 @@ from sessions_app.errors import DomainError
 from sessions_app.limits import ENTRY_ID_MAX
 from sessions_app.models import Session
 from sessions_app.selectors.workspace import workspace_at
-from sessions_app.selectors.workspace_tar import workspace_tar, workspace_tar_check
 from sessions_app.services import ratelimit
 from sessions_app.services.upload import (
-    upload_archive_files,
-    upload_named_files,
     workspace_upload,
 )
-from sessions_app.services.upload_archive import UploadedFile, UploadTooLarge
+from sessions_app.services.workspace_transfer import uploaded_files, workspace_tar_response
 from sessions_app.store.blobs import blobs_get
-from sessions_app.streaming import streamed
 
 router = Router(tags=["files"])
 
@@ -160,29 +154,11 @@ def workspace_archive(request: HttpRequest, session_id: uuid.UUID, page: Query[F
     return workspace_tar_response(request, session, at, manifest)
 
 
-def workspace_tar_response(
-    request: HttpRequest, session: Session, at: str | None, manifest: Any
-) -> StreamingHttpResponse:
-    """The streamed tar of `manifest`, the workspace of `session` at `at` (the page's
-    download too)."""
-    workspace_tar_check(owner_id=session.owner_id, manifest=manifest)
-    chunks = workspace_tar(owner_id=session.owner_id, manifest=manifest)
-    response = StreamingHttpResponse(streamed(chunks, request), content_type="application/x-tar")
-    name = f"strand-{str(session.id)[:8]}-{at or 'root'}.tar"
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    response["X-Content-Type-Options"] = "nosniff"
-    response["Cache-Control"] = "no-store"
-    return response
-
-
 def _file(path: str, state: Any) -> dict[str, Any]:
     return {"path": path, "size": state.size, "mode": state.mode, "sha256": state.sha256}
 
 
 # --- upload ------------------------------------------------------------------------------
-
-# Bytes of a raw body held in memory while it is read; past it, a temporary file.
-SPOOL_BYTES = 1024 * 1024
 
 
 class UploadOut(Schema):
@@ -227,28 +203,3 @@ def files_upload(request: HttpRequest, session_id: uuid.UUID) -> Any:
     session = access.session_for(user, session_id, write=True)
     done = workspace_upload(session=session, files=uploaded_files(request, session))
     return {"entry": done.entry, "files": done.files, "bytes": done.bytes, "seq": done.seq}
-
-
-def uploaded_files(request: HttpRequest, session: Session) -> list[UploadedFile]:
-    """The checked files a request uploads (the page's form too)."""
-    if request.content_type == "multipart/form-data":
-        archive = request.FILES.get("archive")
-        if archive is not None:
-            return upload_archive_files(session, archive)
-        named = request.FILES.getlist("files")
-        folder = str(request.POST.get("folder", ""))
-        return upload_named_files(session, folder, [(f.name or "", f, f.size or 0) for f in named])
-    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-        _copy_body(request, spool)
-        spool.seek(0)
-        return upload_archive_files(session, spool)  # type: ignore[arg-type]
-
-
-def _copy_body(request: HttpRequest, into: IO[bytes]) -> None:
-    limit = int(settings.STRAND_MAX_UPLOAD_BYTES)
-    copied = 0
-    while chunk := request.read(64 * 1024):
-        copied += len(chunk)
-        if copied > limit:
-            raise UploadTooLarge(f"an upload is at most {limit} bytes")
-        into.write(chunk)

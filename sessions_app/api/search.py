@@ -6,10 +6,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
 from django.http import HttpRequest
-from django.urls import reverse
 from ninja import Field, Query, Router, Schema
 
 from sessions_app.api.base import ERRORS, auth_user
@@ -64,13 +62,6 @@ def _utc(moment: datetime | None, name: str) -> datetime | None:
         raise DomainError(f"{name}: the time is out of range") from None
 
 
-def hit_url(hit: search.SearchHit) -> str:
-    """The session page showing the branch through the entry, scrolled to it (the tree's
-    own "Link to this entry")."""
-    query = urlencode({"leaf": hit.entry_id, "entry": hit.entry_id})
-    return f"{reverse('session', args=[hit.session_id])}?{query}#entry-{hit.entry_id}"
-
-
 def search_page(request_user: Any, params: SearchIn) -> search.SearchPage:
     return search.entries_search(
         request_user,
@@ -109,7 +100,7 @@ def entries_search(request: HttpRequest, params: Query[SearchIn]) -> Any:
                 "tool_name": h.tool_name,
                 "is_error": h.is_error,
                 "model": h.model,
-                "url": hit_url(h),
+                "url": search.hit_url(h),
             }
             for h in page.hits
         ],

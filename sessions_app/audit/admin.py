@@ -30,7 +30,6 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
 from django.contrib.admin.views.main import ChangeList
-from django.contrib.auth import get_user_model
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -44,8 +43,7 @@ from django.utils.text import Truncator
 
 from projections.header_diff import diff_headers
 from projections.request import RequestNotFound
-from sessions_app import access
-from sessions_app.audit import charts
+from sessions_app import access, charts
 from sessions_app.models import RequestAudit
 from sessions_app.selectors import audit, usage
 from sessions_app.streaming import streamed
@@ -616,11 +614,7 @@ class RequestAuditAdmin(admin.ModelAdmin):
 
 def _rollup_report(request: HttpRequest) -> usage.UsageReport:
     owner = _id_of(request.GET.get(UserFilter.parameter_name, ""))
-    name = (
-        get_user_model().objects.filter(pk=owner).values_list("username", flat=True).first()
-        if owner is not None
-        else None
-    )
+    name = usage.username_of(owner) if owner is not None else None
     return usage.usage_report(request.user, username=name)
 
 

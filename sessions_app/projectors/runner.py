@@ -6,13 +6,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 from django.db import connection, transaction
 
-from projections.records import EventRecord
 from sessions_app import store
 from sessions_app.errors import DomainError
+from sessions_app.projectors.pending import PendingSession, Projector
 
 # The advisory lock (one key, session level) that the working projector of a database holds.
 LOCK_KEY = 0x5354_5244_5052_4A31 & 0x7FFF_FFFF_FFFF_FFFF  # "STRDPRJ1"
@@ -22,27 +21,6 @@ EVENTS_PER_BATCH = 2000
 SESSIONS_PER_BATCH = 50
 
 _CHECKPOINTS = "sessions_app_projectorcheckpoint"
-
-
-@dataclass(frozen=True, slots=True)
-class PendingSession:
-    id: uuid.UUID
-    owner_id: int
-    last_seq: int
-    checkpoint: int  # the last seq projected, -1 for none
-
-
-class Projector(Protocol):
-    """Writes what `events` (of one session, in seq order, all after its checkpoint) add to
-    its output, on Django's connection, inside the caller's transaction."""
-
-    name: str
-
-    def apply(self, session: PendingSession, events: Sequence[EventRecord]) -> None: ...
-
-    def forget(self, session_id: uuid.UUID | str) -> None:
-        """Drop a deleted session's output."""
-        ...
 
 
 class CheckpointMoved(DomainError):

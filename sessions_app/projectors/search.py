@@ -12,7 +12,7 @@ from django.db import connection
 
 from projections.records import EventRecord
 from projections.search_text import entry_parts
-from sessions_app.projectors.runner import PendingSession
+from sessions_app.projectors.pending import PendingSession
 
 NAME = "search"
 

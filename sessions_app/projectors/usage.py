@@ -15,7 +15,7 @@ from django.db import connection
 
 from projections.records import EventRecord
 from projections.usage import event_figures
-from sessions_app.projectors.runner import PendingSession
+from sessions_app.projectors.pending import PendingSession
 
 NAME = "usage"
 

@@ -31,8 +31,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db import OperationalError, connection, transaction
+from django.urls import reverse
 
 from projections.search_text import SearchPart, entry_parts, normalise
 from sessions_app import access, store
@@ -439,3 +441,10 @@ def make_snippet(text: str, terms: Sequence[str]) -> tuple[str, list[tuple[int, 
         snippet += "…"
     highlights = [(m.start(), m.end()) for m in pattern.finditer(snippet) if m.end() > m.start()]
     return snippet, highlights
+
+
+def hit_url(hit: SearchHit) -> str:
+    """The session page showing the branch through the entry, scrolled to it (the tree's
+    own "Link to this entry")."""
+    query = urlencode({"leaf": hit.entry_id, "entry": hit.entry_id})
+    return f"{reverse('session', args=[hit.session_id])}?{query}#entry-{hit.entry_id}"

@@ -406,3 +406,9 @@ def report_csv_rows(report: UsageReport) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def username_of(user_id: int) -> str | None:
+    """The user name of an account, or None when there is no such account."""
+    found = get_user_model().objects.filter(pk=user_id).values_list("username", flat=True)
+    return found.first()

@@ -13,7 +13,6 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from sessions_app.access import NotVisible
-from sessions_app.api.search import hit_url
 from sessions_app.bad_input import check_text
 from sessions_app.selectors import entry_search as search
 from sessions_app.services import ratelimit
@@ -91,7 +90,11 @@ def search_page(request: HttpRequest) -> HttpResponse:
             else:
                 context["page"] = page
                 context["hits"] = [
-                    {"hit": h, "url": hit_url(h), "snippet": snippet_html(h.snippet, h.highlights)}
+                    {
+                        "hit": h,
+                        "url": search.hit_url(h),
+                        "snippet": snippet_html(h.snippet, h.highlights),
+                    }
                     for h in page.hits
                 ]
                 if page.next_cursor:

@@ -11,8 +11,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from sessions_app import charts
 from sessions_app.access import NotVisible
-from sessions_app.audit import charts
 from sessions_app.bad_input import check_text
 from sessions_app.selectors import usage
 

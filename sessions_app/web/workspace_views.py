@@ -15,12 +15,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from runtime.errors import AgentError
 from sessions_app import selectors
-from sessions_app.api.files import uploaded_files, workspace_tar_response
 from sessions_app.errors import DomainError
 from sessions_app.limits import ENTRY_ID_MAX
 from sessions_app.selectors.workspace import workspace_at
 from sessions_app.services import ratelimit
 from sessions_app.services.upload import workspace_upload
+from sessions_app.services.workspace_transfer import uploaded_files, workspace_tar_response
 from sessions_app.web.views import _session_or_404
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessions_app.audit import charts
+from sessions_app import charts
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,10 @@ layers (DESIGN §9), each importing only the layers below it:
     services   services/
     agent      agent/
     reads      selectors/
+    projectors projectors/ (asynchronous projections: they read the store, selectors read them)
     write      store/
-    ground     the modules at the root (models, events, errors, limits, pg, ...), templatetags/
+    ground     the modules at the root (models, events, errors, limits, pg, ...), templatetags/,
+               and any folder's `models` (the tables, which Django loads with `models`)
 """
 
 from __future__ import annotations
@@ -105,7 +107,14 @@ def test_no_import_circles():
 # --- layers --------------------------------------------------------------------------------
 
 DOORS = {"web", "api", "live", "audit", "admin", "management"}
-RANKS = {**dict.fromkeys(DOORS, 5), "services": 4, "agent": 3, "selectors": 2, "store": 1}
+RANKS = {
+    **dict.fromkeys(DOORS, 6),
+    "services": 5,
+    "agent": 4,
+    "selectors": 3,
+    "projectors": 2,
+    "store": 1,
+}
 GROUND = 0  # every module at the root but admin.py, and templatetags/
 
 # The door Django's admin discovers (`sessions_app.admin`) registers the audit desk's admin.
@@ -120,6 +129,8 @@ def folder_of(module: str) -> str:
         return ""
     if len(parts) == 1 and not (APP / parts[0]).is_dir():
         return "admin" if parts[0] == "admin" else ""
+    if parts[-1] == "models":
+        return ""
     return "" if parts[0] == "templatetags" else parts[0]
 
 

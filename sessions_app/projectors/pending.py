@@ -1,0 +1,32 @@
+"""What a projector is given and must do: a session with events after its checkpoint, and the
+`Projector` protocol the runner drives (`projectors.runner`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from projections.records import EventRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSession:
+    id: uuid.UUID
+    owner_id: int
+    last_seq: int
+    checkpoint: int  # the last seq projected, -1 for none
+
+
+class Projector(Protocol):
+    """Writes what `events` (of one session, in seq order, all after its checkpoint) add to
+    its output, on Django's connection, inside the caller's transaction."""
+
+    name: str
+
+    def apply(self, session: PendingSession, events: Sequence[EventRecord]) -> None: ...
+
+    def forget(self, session_id: uuid.UUID | str) -> None:
+        """Drop a deleted session's output."""
+        ...
