@@ -42,6 +42,7 @@ def test_the_export_s_trace_holds_the_entries_outside_turns_escaped(alice: User)
     html = exported(alice, "context_edits", text)
 
     assert "No turns" not in html and "entries outside turns" in html
+    assert "0 turns in the session" in html  # the runs of entries are no turns
     assert '<span class="kind">context_edit</span> context edit (replace)' in html
     assert '<span class="kind">context_edit</span> context edit (omit)' in html
     assert '<span class="kind">system</span> system message' in html
