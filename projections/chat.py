@@ -111,7 +111,8 @@ class ToolResultView:
 class ToolCallView:
     """One tool call of an assistant message with its result.
 
-    `status`: ok, error, pending (no result on the path), waiting_approval, rejected,
+    `status`: ok, error, pending (no result on the path), running (no result yet, but
+    dispatched or allowed, in a turn that has not ended), waiting_approval, rejected,
     interrupted (outcome unknown after a crash), not_started, aborted.
     """
 
@@ -401,6 +402,7 @@ class _EventFacts:
     entry_turns: dict[str, int] = field(default_factory=dict)  # entry id → turn
     turn_ends: dict[int, EventRecord] = field(default_factory=dict)
     faults: dict[str, Any] = field(default_factory=dict)  # reply entry id → recorded fault
+    dispatched: set[str] = field(default_factory=set)  # call ids a tool/call started
 
     @classmethod
     def collect(cls, events: Iterable[EventRecord]) -> _EventFacts:
@@ -418,6 +420,8 @@ class _EventFacts:
                 facts.error_codes[event.entry_id] = str(data["error_code"])
             elif event.type == "assistant/message" and event.entry_id and data.get("fault"):
                 facts.faults[event.entry_id] = data["fault"]
+            elif event.type == "tool/call":
+                facts.dispatched.add(str(data.get("call_id")))
             elif event.type == "approval/asked":
                 approval_calls[str(data.get("approval_id"))] = str(data.get("call_id"))
                 facts.approvals[str(data.get("call_id"))] = "asked"
@@ -774,13 +778,23 @@ def _call_view(call: Mapping[str, Any], builder: _Builder) -> ToolCallView:
         arguments_text=json.dumps(arguments, indent=2, ensure_ascii=False, default=str),
         result=result,
         approval=approval,
-        status=_call_status(result, approval),
+        status=_call_status(result, approval, _started(call_id, approval, builder)),
     )
 
 
-def _call_status(result: ToolResultView | None, approval: str | None) -> str:
+def _started(call_id: str, approval: str | None, builder: _Builder) -> bool:
+    """Whether the call runs now: dispatched or allowed, and its turn has not ended."""
+    if call_id not in builder.facts.dispatched and approval != "allowed":
+        return False
+    turn = builder.facts.entry_turns.get(builder.owners.get(call_id, ""))
+    return turn is not None and turn not in builder.facts.turn_ends
+
+
+def _call_status(result: ToolResultView | None, approval: str | None, started: bool) -> str:
     if result is None:
-        return "waiting_approval" if approval == "asked" else "pending"
+        if approval == "asked":
+            return "waiting_approval"
+        return "running" if started else "pending"
     if result.error_code == OUTCOME_UNKNOWN:
         return "interrupted"
     if result.error_code == NOT_STARTED:

@@ -17,13 +17,18 @@ Entries added outside any turn that change what later requests hold or cost — 
 and Pi 1.6's context edits, usage entries and system messages, as an imported Pi session
 holds them — are passed apart, as `outside`: each run of them between two turns is drawn
 as a top-level span of kind `outside`, whose children are those entries as what they are.
+
+Such a span starts and ends when its event was recorded, so the timeline keeps the log's
+order; when the entry's own `timestamp` (the moment Pi wrote it, for an import) is a second
+or more away from that, the span's first input is `entry_timestamp`, that moment, and the
+`outside` span's first input is `entry_timestamps`, the first and last of its entries'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from projections.chat import (
@@ -264,6 +269,11 @@ def _outside_span(run: list[EventRecord]) -> TraceSpan:
     children = tuple(_mark_span(event, None, None) for event in run)
     first, last = run[0], run[-1]
     usages = [child.usage for child in children if child.usage is not None]
+    written = [moment for event in run if (moment := _entry_time(event)) is not None]
+    inputs: Pairs = ()
+    if written:
+        span = _stamp(min(written)) + ("" if len(written) == 1 else " – " + _stamp(max(written)))
+        inputs = (("entry_timestamps", span),)
     return TraceSpan(
         kind="outside",
         key=f"outside-{first.seq}",
@@ -276,6 +286,7 @@ def _outside_span(run: list[EventRecord]) -> TraceSpan:
         turn=None,
         step=None,
         usage=sum(usages, Usage()) if usages else None,
+        inputs=inputs,
         outputs=(("entries", len(run)),),
         children=children,
     )
@@ -788,7 +799,9 @@ def _tool_outcome(tool: _Tool, turn: _Turn) -> tuple[str, datetime | None, str |
         return ("waiting" if turn.end is None else "interrupted"), None, None
     if turn.end is not None:
         return _TURN_STATUS.get(turn.reason or "", "error"), None, None
-    return ("running" if tool.dispatched is not None else "pending"), None, None
+    # Allowed and not dispatched yet: it starts with the step's other calls once they are.
+    started = tool.dispatched is not None or outcome == "allowed"
+    return ("running" if started else "pending"), None, None
 
 
 def _approval_span(approval: _Approval, tool: _Tool, turn: _Turn, step: _Step) -> TraceSpan:
@@ -854,6 +867,9 @@ def _mark_span(event: EventRecord, turn: int | None, step: int | None) -> TraceS
     entry = event.data.get("entry")
     entry = entry if isinstance(entry, Mapping) else {}
     kind, name, inputs, outputs, usage = _mark_fields(event, entry)
+    written = _entry_time(event)
+    if written is not None:
+        inputs = (("entry_timestamp", _stamp(written)), *inputs)
     return TraceSpan(
         kind=kind,
         key=f"{kind}-{event.seq}",
@@ -919,6 +935,25 @@ def _mark_fields(
         ),
         None,
     )
+
+
+def _entry_time(event: EventRecord) -> datetime | None:
+    """The entry's own `timestamp`, when it is a second or more from the event's time."""
+    entry = event.data.get("entry")
+    text = entry.get("timestamp") if isinstance(entry, Mapping) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None or abs(moment - event.time) < timedelta(seconds=1):
+        return None
+    return moment
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _tool_names(tools: object) -> str | None:

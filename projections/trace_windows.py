@@ -1,11 +1,14 @@
 """The trace of a whole log a window of turns at a time: the spans `project_trace` gives
 for every turn of the log, with the memory of one window (the HTML export's fold).
 
-Events are fed in seq order, those with a turn number only (as the export reads the log).
-They are held until the window is full (WINDOW_TURNS turns or WINDOW_EVENTS events) and
-the next turn begins; then the window is folded by `project_trace` and handed out, oldest
-first, with the chat's tool facts of its events. A window holds whole turns, so a single
-turn longer than WINDOW_EVENTS is held whole.
+Events are fed in seq order: those with a turn number, and those of the entries added
+outside any turn that the trace draws (`trace.is_mark`: compactions, context edits, usage
+entries, system messages, of every branch), which go into the fold as its `outside`; the
+rest are skipped. They are held until the window is full (WINDOW_TURNS turns or
+WINDOW_EVENTS events) and the next turn or entry outside turns begins; then the window is
+folded by `project_trace` and handed out, oldest first, with the chat's tool facts of its
+events. A window holds whole turns, so a single turn longer than WINDOW_EVENTS is held
+whole; a window may hold entries outside turns only (an imported Pi file has no turns).
 
 What a turn reads of the events of earlier turns goes into the next fold as context, cut
 to the fields that are read and with no turn number, so that it forms no turn of its own:
@@ -28,7 +31,7 @@ from typing import Any
 
 from projections.chat import tool_facts
 from projections.records import EventRecord
-from projections.trace import TraceView, project_trace
+from projections.trace import TraceView, is_mark, project_trace
 
 WINDOW_TURNS = 200
 WINDOW_EVENTS = 5000
@@ -77,27 +80,38 @@ def project_trace_windows(
     """The trace of `events` (the log in seq order), a window of whole turns at a time."""
     carried = _Carried()
     window: list[EventRecord] = []
+    outside: list[EventRecord] = []
     turns: set[int] = set()
+    between = True  # the window's latest turn has ended
     for event in events:
-        if event.turn is None:
+        if event.turn is None and not is_mark(event):
             continue
-        full = len(turns) >= window_turns or len(window) >= window_events
-        if window and full and event.turn not in turns:
-            yield _fold(window, carried)
-            window, turns = [], set()
+        full = len(turns) >= window_turns or len(window) + len(outside) >= window_events
+        # A window ends before a new turn, or before an entry outside turns when no turn
+        # of it is still open (a turn cut by a crash never ends: the next one cuts it).
+        starts = event.turn not in turns if event.turn is not None else between
+        if (window or outside) and full and starts:
+            yield _fold(window, outside, carried)
+            window, outside, turns, between = [], [], set(), True
+        if event.turn is None:
+            outside.append(event)
+            continue
         window.append(event)
         turns.add(event.turn)
-    if window:
-        yield _fold(window, carried)
+        between = event.type == "turn/end"
+    if window or outside:
+        yield _fold(window, outside, carried)
 
 
-def _fold(window: list[EventRecord], carried: _Carried) -> TraceChunk:
+def _fold(window: list[EventRecord], outside: list[EventRecord], carried: _Carried) -> TraceChunk:
     # Carried events are older than the window's and have no turn: the fold files the
     # headers and queued input and puts them in no turn.
-    view = project_trace([*carried.headers.values(), *carried.queued.values(), *window])
+    context = [*carried.headers.values(), *carried.queued.values()]
+    view = project_trace([*context, *window], outside=outside)
     error_codes, approvals = tool_facts([*carried.asked.values(), *window])
     carried.take(window)
     ends = [time for time in (carried.end, view.end) if time is not None]
     carried.end = max(ends) if ends else None
-    view = replace(view, end=carried.end, first_seq=min(event.seq for event in window))
+    first = min(event.seq for event in (*window, *outside))
+    view = replace(view, end=carried.end, first_seq=first)
     return TraceChunk(view=view, error_codes=error_codes, approvals=approvals)

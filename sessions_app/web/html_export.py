@@ -6,7 +6,7 @@ type="application/x-ndjson">`, which browsers never run); the file's own script 
 chat of whichever branch the reader picks from those lines, as Pi's export does, and offers
 the same lines as the Pi file to download. The tree's rows (laid out by the tree
 projection) and the details of the trace's spans are compact JSON the script draws from;
-the trace's turns and the context view of the current branch's latest request are rendered
+the trace's turns (with the entries added outside turns) and the context view of the current branch's latest request are rendered
 by the pages' own templates. All data blocks have `<`, `>` and `&` escaped, so no text of
 a session can end a block or become markup.
 
@@ -109,6 +109,7 @@ def export_html(session: Session) -> Generator[str, None, None]:
             "current_leaf": leaf,
             "view": "chat",
             "turn_count": trace.turns,
+            "trace_blocks": trace.blocks,
             "trace_usage": trace.usage,
             "older": None,
             "leaf": leaf,
@@ -198,14 +199,15 @@ class _SpilledTrace:
     turn_html: _Spilled
     span_data: _Spilled
     turns: int = 0
-    usage: Usage | None = None  # None: no turn in the session
+    blocks: int = 0  # the turns and the runs of entries outside turns drawn
+    usage: Usage | None = None  # None: nothing drawn
     error_codes: dict[str, str] = field(default_factory=dict)
     approvals: dict[str, str] = field(default_factory=dict)
 
 
 def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _SpilledTrace:
-    """Every turn, oldest window first: its blocks rendered and its spans' details as JSON
-    written to `file`, the totals kept."""
+    """Every turn and run of entries outside turns, oldest window first: its blocks
+    rendered and its spans' details as JSON written to `file`, the totals kept."""
     trace = _SpilledTrace(turn_html=_Spilled(file), span_data=_Spilled(file))
     events = selectors.log_stream(session.id, page=EVENTS_PER_READ)
     windows = project_trace_windows(
@@ -213,7 +215,8 @@ def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _Sp
     )
     for chunk in windows:
         blocks = trace_blocks(chunk.view)  # newest first, within the window
-        trace.turns += len(blocks)
+        trace.blocks += len(blocks)
+        trace.turns += sum(1 for block in blocks if block.turn.kind == "turn")
         for turn in chunk.view.spans:  # summed oldest first, as a whole trace sums them
             trace.usage = (trace.usage or Usage()) + (turn.usage or Usage())
         trace.error_codes.update(chunk.error_codes)

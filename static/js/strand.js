@@ -348,7 +348,15 @@
     if (!el) return;
     el.textContent = live.toolOutput[id];
     var details = el.closest("details");
-    if (details) details.open = true;
+    if (!details) return;
+    details.open = true;
+    // Output is coming: the call runs, whatever the chat said when it was drawn.
+    var label = details.querySelector("summary .pill.pending");
+    if (label) {
+      label.classList.replace("pending", "running");
+      label.textContent = "running";
+      details.classList.replace("status-pending", "status-running");
+    }
   }
 
   function drawToolOutputs() {

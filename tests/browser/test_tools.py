@@ -68,6 +68,8 @@ def test_a_command_streams_its_output_before_it_ends(signed_in: Page) -> None:
         timeout=20_000,
     )
     assert page.locator(".terminal .term-status").count() == 0
+    # Allowed and running: the call says so, not "pending".
+    expect(page.locator("#chat details.tool summary .pill")).to_have_text("running")
     screenshot(page, "tools-01-live-output")
     wait_turn(page)
     terminal = page.locator("#chat .terminal")

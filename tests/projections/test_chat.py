@@ -405,3 +405,39 @@ def test_every_message_on_the_path_shows_once_whatever_the_compactions(
     shown = [i.entry_id for i in items if not isinstance(i, CompactionItem)]  # type: ignore[attr-defined]
     assert sorted(shown) == sorted(messages)
     assert len(items) == len(kinds_)
+
+
+def calls_of(view: ChatView) -> dict[str, str]:
+    """call id → status, of every tool call shown."""
+    return {
+        call.call_id: call.status
+        for item in view.items
+        if isinstance(item, AssistantItem)
+        for call in item.tool_calls
+    }
+
+
+def test_a_call_is_running_once_allowed_or_dispatched_until_its_result_or_its_turn_ends() -> None:
+    log = SessionLog()
+    log.turn_start()
+    log.step_start()
+    log.user("Run two things")
+    log.assistant(
+        [tool_call("c1", "bash", {"command": "ls"}), tool_call("c2", "read", {"path": "a"})],
+        stop_reason="toolUse",
+    )
+    log.approval_asked("ap1", "c1", "bash")
+
+    def statuses() -> dict[str, str]:
+        return calls_of(project_chat(log.entries, log.leaf, log.events))
+
+    assert statuses() == {"c1": "waiting_approval", "c2": "pending"}
+    log.approval_decided("ap1", "allowed")
+    assert statuses() == {"c1": "running", "c2": "pending"}
+    log.tool_call("c1", "bash", '{"command":"ls"}')
+    log.tool_call("c2", "read", '{"path":"a"}')
+    assert statuses() == {"c1": "running", "c2": "running"}
+    log.tool_result("c1", "bash", "a.txt")
+    assert statuses() == {"c1": "ok", "c2": "running"}
+    log.turn_end("interrupted")
+    assert statuses() == {"c1": "ok", "c2": "pending"}  # no longer running, and no result

@@ -16,11 +16,13 @@ from projections.tree import project_tree, tree_entry
 from tests.projections.fixtures import SessionLog, text, tool_call, usage
 
 
-def busy_log(turns: int) -> SessionLog:
-    """`turns` turns; the request header is written once, in the first; each turn has an
-    approved tool call, and queues a follow-up that the next turn claims."""
-    log = SessionLog()
-    log.created()
+def busy_log(turns: int, log: SessionLog | None = None) -> SessionLog:
+    """`turns` turns (after what `log` holds); the request header is written once, in the
+    first; each turn has an approved tool call, and queues a follow-up that the next turn
+    claims."""
+    if log is None:
+        log = SessionLog()
+        log.created()
     for number in range(turns):
         log.turn_start()
         if number == 0:
@@ -133,3 +135,32 @@ def test_the_tree_of_cut_records_is_the_tree_of_the_entries() -> None:
 
     assert project_tree(cut, log.leaf) == project_tree(entries, log.leaf)
     assert all(len(entry.data) <= 2 for entry in cut)
+
+
+def test_the_trace_by_windows_draws_the_entries_outside_turns_where_the_whole_trace_does() -> None:
+    log = SessionLog()
+    log.created()
+    first = log.user("imported")  # no turn: as an imported Pi session holds it
+    system = {"role": "system", "content": "", "sections": {"rules": "be brief"}, "timestamp": 0}
+    log.add_entry("message", {"message": system}, event_type="entry/message")
+    log.add_entry("context_edit", {"targetId": first, "replacement": None})
+    busy_log(5, log)
+    warm = {"kind": "cache_warm", "provider": "p", "model": "m", "usage": usage(5, 0, 0.25)}
+    for _ in range(4):
+        log.add_entry("usage", warm)
+    events = [event for event in log.events if event.turn is not None]
+    whole = project_trace(events, outside=log.events)
+
+    chunks = list(project_trace_windows(iter(log.events), window_turns=2, window_events=10**6))
+
+    drawn = [block for chunk in reversed(chunks) for block in trace_blocks(chunk.view)]
+    assert placed(drawn) == placed(trace_blocks(whole))
+    assert [block.turn.kind for block in drawn] == ["outside", *["turn"] * 5, "outside"]
+    total = sum((span.usage or Usage() for c in chunks for span in c.view.spans), Usage())
+    assert total == whole.usage and total.cost > 1.0  # the usage entries are counted
+
+    # Entries outside turns count towards a window's events, so a run of them is cut too.
+    chunks = list(project_trace_windows(iter(log.events), window_turns=2, window_events=3))
+    assert max(len(chunk.view.rows) for chunk in chunks if not chunk.view.turns) <= 4
+    kinds = [row.span.kind for c in chunks for row in c.view.rows if row.depth == 1]
+    assert kinds.count("usage") == 4 and kinds.count("context_edit") == 1

@@ -420,3 +420,52 @@ def test_rejected_call_shows_the_decision_on_tool_and_approval() -> None:
     assert tool.status == "rejected"
     assert io(tool.inputs)["arguments"] == '{"path":"/"}'  # from the request: never dispatched
     assert io(tool.outputs)["run_ms"] is None
+
+
+def test_entries_outside_turns_give_their_own_timestamps_when_recorded_apart() -> None:
+    log = SessionLog()
+    log.user("imported")
+    warm = {"kind": "cache_warm", "provider": "p", "model": "m", "usage": usage(5, 0, 0.25)}
+    log.add_entry("usage", {**warm, "timestamp": "2026-11-21T10:00:07.000Z"})
+    log.add_entry("usage", {**warm, "timestamp": "2026-11-21T10:05:00.000Z"})
+    log.add_entry("usage", warm)  # written when it was recorded: nothing more to say
+
+    [outside] = project_trace([], outside=log.events).spans
+
+    first, second, third = outside.children
+    assert first.inputs[0] == ("entry_timestamp", "2026-11-21 10:00:07 UTC")
+    assert second.inputs[0] == ("entry_timestamp", "2026-11-21 10:05:00 UTC")
+    assert "entry_timestamp" not in io(third.inputs)
+    span = "2026-11-21 10:00:07 UTC – 2026-11-21 10:05:00 UTC"
+    assert outside.inputs == (("entry_timestamps", span),)
+    # The timeline keeps the log's order: the spans start when their events were recorded.
+    assert [child.start_seq for child in outside.children] == sorted(
+        child.start_seq for child in outside.children
+    )
+    assert first.start == log.events[1].time
+
+
+def test_an_allowed_call_is_running_before_it_is_dispatched() -> None:
+    log = SessionLog()
+    log.header()
+    log.turn_start()
+    log.step_start()
+    log.user("Run two things")
+    log.request([], token_estimate=10)
+    log.assistant(
+        [tool_call("c1", "bash", {"command": "ls"}), tool_call("c2", "read", {"path": "a"})],
+        stop_reason="toolUse",
+    )
+    log.approval_asked("ap1", "c1", "bash")
+    log.approval_decided("ap1", "allowed")
+    log.approval_asked("ap2", "c2", "read")
+
+    def statuses() -> dict[str, str]:
+        view = project_trace([e for e in log.events if e.turn is not None])
+        return {span.name: span.status for span in spans_of(view, "tool")}
+
+    assert statuses() == {"bash": "running", "read": "waiting"}
+    log.approval_decided("ap2", "allowed")
+    log.tool_call("c1", "bash", '{"command":"ls"}')
+    log.tool_call("c2", "read", '{"path":"a"}')
+    assert statuses() == {"bash": "running", "read": "running"}

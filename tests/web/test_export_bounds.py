@@ -7,6 +7,8 @@ Memory is Python's own allocation peak while the export is read through its door
 
 from __future__ import annotations
 
+import io
+import json
 import tracemalloc
 
 import pytest
@@ -16,6 +18,7 @@ from django.urls import reverse
 
 from sessions_app import selectors, services, store
 from sessions_app.models import Session
+from sessions_app.services import pi_io
 from sessions_app.store import NewEvent
 from sessions_app.web import html_export
 from tests.web.conftest import client_for
@@ -122,3 +125,63 @@ def test_ten_times_the_turns_cost_about_one_window_more(
     # held whole, the export's peak would grow about tenfold.
     assert large_peak < 3 * small_peak, (small_peak, large_peak)
     assert large_peak < 300 * OUTPUT, (small_peak, large_peak)
+
+
+def imported_with_usage(owner: User, entries: int) -> Session:
+    """A Pi 1.6 file of one prompt and `entries` usage entries outside turns, each naming
+    a model of OUTPUT characters; its current leaf the prompt."""
+    cost = {"input": 0, "output": 0, "cacheRead": 0.01, "cacheWrite": 0, "total": 0.01}
+    usage = {"input": 0, "output": 0, "cacheRead": 10, "cacheWrite": 0, "totalTokens": 10}
+    lines = [
+        {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-11-21T10:00:00.000Z"},
+        {
+            "type": "message",
+            "id": "u0",
+            "parentId": None,
+            "timestamp": "2026-11-21T10:00:01.000Z",
+            "message": {"role": "user", "content": "hello", "timestamp": 1},
+        },
+    ]
+    for number in range(entries):
+        lines.append(
+            {
+                "type": "usage",
+                "id": f"e{number}",
+                "parentId": "u0" if number == 0 else f"e{number - 1}",
+                "timestamp": "2026-11-21T10:00:02.000Z",
+                "kind": "cache_warm",
+                "provider": "p",
+                "model": f"{number} " + "m" * OUTPUT,
+                "usage": {**usage, "cost": cost},
+            }
+        )
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    session = pi_io.pi_import(source=io.BytesIO(text.encode()), owner=owner, name="usage").session
+    services.session_move_leaf(session=session, to="u0")
+    session.refresh_from_db()
+    return session
+
+
+@pytest.mark.django_db
+def test_ten_times_the_entries_outside_turns_cost_about_one_window_more(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {
+        "ENTRIES_PER_READ": 30,
+        "EVENTS_PER_READ": 50,
+        "TRACE_WINDOW_TURNS": 10,
+        "TRACE_WINDOW_EVENTS": 20,
+    }.items():
+        monkeypatch.setattr(html_export, name, value)
+    small, large = imported_with_usage(alice, 30), imported_with_usage(alice, 300)
+    export_peak(alice, small)
+
+    small_peak, small_end = export_peak(alice, small)
+    large_peak, large_end = export_peak(alice, large)
+
+    assert small_end.rstrip().endswith(b"</html>") and large_end.rstrip().endswith(b"</html>")
+    assert large_peak < 3 * small_peak, (small_peak, large_peak)
+    assert large_peak < 300 * OUTPUT, (small_peak, large_peak)
+    response = client_for(alice).get(reverse("session-export-html", args=[large.id]))
+    html = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+    assert html.count('<span class="kind">usage</span> usage: cache_warm') == 300
