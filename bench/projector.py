@@ -9,6 +9,9 @@
    DURATION_S; `projector_lag("search")` is read every half second. The figures are the
    writer's achieved rate and the median and maximum of the events not yet projected and of
    the age of the oldest of them.
+3. **on a backlog**: with no projector running, BACKLOG `user/message` events are appended
+   (100 per call, over 20 sessions); then each projector alone reads them all in this
+   process, timed: its events/s when it never waits for a writer.
 
 Run alone: `python -m bench projector` (the benchmark database, `strand_bench`).
 """
@@ -30,6 +33,7 @@ RATE = 1000
 BATCH = 10
 SESSIONS = 20
 DURATION_S = 30
+BACKLOG = 20_000
 
 
 def _projector() -> subprocess.Popen[bytes]:
@@ -71,6 +75,8 @@ def run(report: Report) -> None:
         _lag(report)
     finally:
         _stop(projector)
+    _catch_up()
+    _backlog(report)
 
 
 def _lag(report: Report) -> None:
@@ -148,4 +154,48 @@ def _lag(report: Report) -> None:
         ),
     )
     for row in report.rows[-2:]:
+        print(f"  {row.name}: {row.value} ({row.note})", flush=True)
+
+
+def _backlog(report: Report) -> None:
+    from sessions_app import services, store
+    from sessions_app.projectors import registered
+    from sessions_app.projectors.runner import project_pending
+    from sessions_app.store import NewEvent
+
+    owner = services.user_get_or_create_local(username="bench-projector")
+    sessions = [
+        services.session_create(owner=owner, title=f"bench backlog {n}") for n in range(SESSIONS)
+    ]
+    rng = random.Random(13)
+    texts = [text_payload(rng, 300, 4000) for _ in range(200)]
+    per_call = 100
+    for n in range(BACKLOG // per_call):
+        session = sessions[n % SESSIONS]
+        events = [
+            NewEvent(
+                "user/message",
+                {
+                    "entry": {
+                        "type": "message",
+                        "message": {"role": "user", "content": texts[(n * per_call + k) % 200]},
+                    }
+                },
+            )
+            for k in range(per_call)
+        ]
+        session.last_seq = store.append_events(session.id, session.last_seq, events).last_seq
+    for projector in registered():
+        started = time.perf_counter()
+        read = project_pending([projector])
+        took = time.perf_counter() - started
+        report.add(
+            Row(
+                "projector",
+                f"{projector.name} projector on a backlog of {BACKLOG:,} events (20 sessions)",
+                f"{read / took:,.0f} events/s",
+                note=f"{read:,} events in {took:.1f} s; load {os.getloadavg()[0]:.1f}",
+            )
+        )
+        row = report.rows[-1]
         print(f"  {row.name}: {row.value} ({row.note})", flush=True)

@@ -20,12 +20,12 @@ class PendingSession:
 
 
 class Projector(Protocol):
-    """Writes what `events` (of one session, in seq order, all after its checkpoint) add to
-    its output, on Django's connection, inside the caller's transaction."""
+    """Writes what a batch adds to its output: for each session, `events` (in seq order,
+    all after its checkpoint). On Django's connection, inside the caller's transaction."""
 
     name: str
 
-    def apply(self, session: PendingSession, events: Sequence[EventRecord]) -> None: ...
+    def apply(self, batch: Sequence[tuple[PendingSession, Sequence[EventRecord]]]) -> None: ...
 
     def forget(self, session_id: uuid.UUID | str) -> None:
         """Drop a deleted session's output."""

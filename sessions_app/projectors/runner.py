@@ -6,9 +6,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 
+from projections.records import EventRecord
 from sessions_app import store
 from sessions_app.errors import DomainError
 from sessions_app.projectors.pending import PendingSession, Projector
@@ -44,8 +46,8 @@ def registered() -> list[Projector]:
     return [SearchProjector(), UsageProjector()]
 
 
-# Called after each session's output and checkpoint are written, before the batch commits:
-# the tests set it to fail a batch between two writes.
+# Called after a batch's output is written and again after its checkpoints are, before the
+# batch commits: the tests set it to fail a batch between two writes.
 between_writes: Callable[[], None] | None = None
 
 
@@ -63,29 +65,32 @@ def project_pending(projectors: Sequence[Projector] | None = None) -> int:
 
 
 def _project_batch(projector: Projector) -> int:
-    """One transaction: some sessions' events after their checkpoints, their output and
-    their new checkpoints. The number of events read (0: nothing was pending)."""
+    """One transaction: some sessions' events after their checkpoints (read in one query),
+    their output and their new checkpoints (written in a few statements for all of them).
+    The number of events read (0: nothing was pending)."""
     with transaction.atomic():
         with connection.cursor() as cur:
             # Not waiting for the commit to reach the disk: a batch lost in a crash of the
             # database is lost with its checkpoints, and projected again.
             cur.execute("SET LOCAL synchronous_commit = off")
-        pending = _pending_sessions(projector.name, SESSIONS_PER_BATCH)
+        ranges: list[tuple[PendingSession, int]] = []  # each session and the seq read up to
         budget = EVENTS_PER_BATCH
-        read = 0
-        for session in pending:
+        for session in _pending_sessions(projector.name, SESSIONS_PER_BATCH):
             if budget <= 0:
                 break
             upto = min(session.last_seq, session.checkpoint + budget)
-            events = store.events_after(session.id, session.checkpoint, upto - session.checkpoint)
-            events = [e for e in events if e.seq <= upto]
-            projector.apply(session, events)
-            _move_checkpoint(projector.name, session, upto)
+            ranges.append((session, upto))
             budget -= upto - session.checkpoint
-            read += upto - session.checkpoint
-            if between_writes is not None:
-                between_writes()
-        return read
+        if not ranges:
+            return 0
+        events = _events_in(ranges)
+        projector.apply([(session, events.get(session.id, [])) for session, _ in ranges])
+        if between_writes is not None:
+            between_writes()
+        _move_checkpoints(projector.name, ranges)
+        if between_writes is not None:
+            between_writes()
+        return sum(upto - session.checkpoint for session, upto in ranges)
 
 
 def _pending_sessions(name: str, limit: int) -> list[PendingSession]:
@@ -106,20 +111,61 @@ def _pending_sessions(name: str, limit: int) -> list[PendingSession]:
         return [PendingSession(*row) for row in cur.fetchall()]
 
 
-def _move_checkpoint(name: str, session: PendingSession, seq: int) -> None:
+def _events_in(ranges: Sequence[tuple[PendingSession, int]]) -> dict[uuid.UUID, list[EventRecord]]:
+    """The events of each session after its checkpoint up to its seq, in seq order, by
+    session: one query, each range read by the (session, seq) key."""
     with connection.cursor() as cur:
         cur.execute(
-            f"""
-            INSERT INTO {_CHECKPOINTS} (projector, session_id, seq, projected_at)
-            VALUES (%s, %s, %s, now())
-            ON CONFLICT (projector, session_id) DO UPDATE
-               SET seq = EXCLUDED.seq, projected_at = EXCLUDED.projected_at
-             WHERE {_CHECKPOINTS}.seq = %s
+            """
+            SELECT e.session_id, e.seq, e.type, e.schema_version, e.time, e.data, e.entry_id,
+                   e.turn, e.step, e.ignorable
+            FROM unnest(%s::uuid[], %s::bigint[], %s::bigint[]) AS r(session_id, after, upto)
+            JOIN sessions_app_event e
+              ON e.session_id = r.session_id AND e.seq > r.after AND e.seq <= r.upto
+            ORDER BY e.session_id, e.seq
             """,
-            [name, session.id, seq, session.checkpoint],
+            [
+                [session.id for session, _ in ranges],
+                [session.checkpoint for session, _ in ranges],
+                [upto for _, upto in ranges],
+            ],
         )
-        if cur.rowcount != 1:
-            raise CheckpointMoved(f"the {name} checkpoint of {session.id} moved")
+        rows = cur.fetchall()
+    by_session: dict[uuid.UUID, list[tuple[Any, ...]]] = {}
+    for session_id, *row in rows:
+        by_session.setdefault(session_id, []).append(tuple(row))
+    return {sid: store._event_records(session_rows) for sid, session_rows in by_session.items()}
+
+
+def _move_checkpoints(name: str, ranges: Sequence[tuple[PendingSession, int]]) -> None:
+    """Each session's checkpoint moved from the seq it was read at to `upto`; if another
+    projector moved one meanwhile, the batch fails (and rolls back)."""
+    moved = [(s.id, s.checkpoint, upto) for s, upto in ranges if s.checkpoint >= 0]
+    first = [(s.id, upto) for s, upto in ranges if s.checkpoint < 0]
+    with connection.cursor() as cur:
+        if moved:
+            cur.execute(
+                f"""
+                UPDATE {_CHECKPOINTS} c SET seq = r.upto, projected_at = now()
+                FROM unnest(%s::uuid[], %s::bigint[], %s::bigint[]) AS r(session_id, was, upto)
+                WHERE c.projector = %s AND c.session_id = r.session_id AND c.seq = r.was
+                """,
+                [[m[0] for m in moved], [m[1] for m in moved], [m[2] for m in moved], name],
+            )
+            if cur.rowcount != len(moved):
+                raise CheckpointMoved(f"a {name} checkpoint moved under this projector")
+        if first:
+            cur.execute(
+                f"""
+                INSERT INTO {_CHECKPOINTS} (projector, session_id, seq, projected_at)
+                SELECT %s, r.session_id, r.upto, now()
+                FROM unnest(%s::uuid[], %s::bigint[]) AS r(session_id, upto)
+                ON CONFLICT (projector, session_id) DO NOTHING
+                """,
+                [name, [f[0] for f in first], [f[1] for f in first]],
+            )
+            if cur.rowcount != len(first):
+                raise CheckpointMoved(f"a {name} checkpoint appeared under this projector")
 
 
 def checkpoints(name: str, session_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:

@@ -16,22 +16,30 @@ from sessions_app.projectors.pending import PendingSession
 
 NAME = "search"
 
+# One statement for a whole batch's rows: each column passed as one array.
 _INSERT = """
 INSERT INTO sessions_app_searchdoc
     (session_id, owner_id, seq, part, entry_id, role, tool_name, is_error, model, time,
      text, norm)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+SELECT * FROM unnest(
+    %s::uuid[], %s::integer[], %s::bigint[], %s::smallint[], %s::varchar[], %s::varchar[],
+    %s::varchar[], %s::boolean[], %s::varchar[], %s::timestamptz[], %s::text[], %s::text[])
 """
 
 
 class SearchProjector:
     name = NAME
 
-    def apply(self, session: PendingSession, events: Sequence[EventRecord]) -> None:
-        rows = [row for event in events for row in doc_rows(session.id, session.owner_id, event)]
+    def apply(self, batch: Sequence[tuple[PendingSession, Sequence[EventRecord]]]) -> None:
+        rows = [
+            row
+            for session, events in batch
+            for event in events
+            for row in doc_rows(session.id, session.owner_id, event)
+        ]
         if rows:
             with connection.cursor() as cur:
-                cur.executemany(_INSERT, rows)
+                cur.execute(_INSERT, [list(column) for column in zip(*rows, strict=True)])
 
     def forget(self, session_id: uuid.UUID | str) -> None:
         with connection.cursor() as cur:

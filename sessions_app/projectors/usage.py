@@ -22,7 +22,9 @@ NAME = "usage"
 _UPSERT = """
 INSERT INTO sessions_app_usagecount
     (owner_id, day, session_id, provider, model, metric, label, value)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+SELECT * FROM unnest(
+    %s::integer[], %s::date[], %s::uuid[], %s::varchar[], %s::varchar[], %s::varchar[],
+    %s::varchar[], %s::numeric[])
 ON CONFLICT (owner_id, day, session_id, provider, model, metric, label)
 DO UPDATE SET value = sessions_app_usagecount.value + EXCLUDED.value
 """
@@ -31,14 +33,16 @@ DO UPDATE SET value = sessions_app_usagecount.value + EXCLUDED.value
 class UsageProjector:
     name = NAME
 
-    def apply(self, session: PendingSession, events: Sequence[EventRecord]) -> None:
-        sums = usage_sums(session.id, session.owner_id, events)
+    def apply(self, batch: Sequence[tuple[PendingSession, Sequence[EventRecord]]]) -> None:
+        sums: dict[Key, Decimal] = {}
+        for session, events in batch:
+            sums.update(usage_sums(session.id, session.owner_id, events))
         if sums:
             with connection.cursor() as cur:
-                # In key order: two writers of the same rows would lock them in one order.
-                cur.executemany(
-                    _UPSERT, [(*key, value) for key, value in sorted(sums.items(), key=str)]
-                )
+                # One statement for the batch, each column one array; in key order: two
+                # writers of the same rows would lock them in one order.
+                rows = [(*key, value) for key, value in sorted(sums.items(), key=str)]
+                cur.execute(_UPSERT, [list(column) for column in zip(*rows, strict=True)])
 
     def forget(self, session_id: uuid.UUID | str) -> None:
         with connection.cursor() as cur:
