@@ -140,7 +140,9 @@ def test_the_audit_desks_usage_page_shows_the_rollups(alice: Any, carol: Any) ->
     assert '<th scope="row">interrupted</th><td>1</td>' in rollups
 
 
-def test_an_imported_pi_files_replies_and_usage_entries_count(alice: Any, as_alice: Api) -> None:
+def test_an_imported_pi_files_replies_and_usage_entries_count(
+    alice: Any, carol: Any, as_alice: Api
+) -> None:
     """A Pi 1.6 file's replies and its `usage` entries (cost outside the context, of a kind
     no version of Pi defines too) count in usage as a reply recorded here does."""
     import json
@@ -164,6 +166,15 @@ def test_an_imported_pi_files_replies_and_usage_entries_count(alice: Any, as_ali
     assert total["replies"] == len(replies)
     assert Decimal(total["cost"]) == sum(Decimal(str(u["cost"]["total"])) for u in replies + spent)
     assert total["total_tokens"] == sum(u["totalTokens"] for u in replies + spent)
+    # The audit desk's usage page shows the same tokens and cost, usage entries included.
+    staff = Client()
+    staff.force_login(carol)
+    html = staff.get(
+        f"/admin/sessions_app/requestaudit/usage/?owner__id__exact={alice.pk}"
+    ).content.decode()
+    cost = html[html.index('id="audit-rollup-cost"') :]
+    row = cost[cost.index('<tr class="total">') :]
+    assert f"<td>{total['total_tokens']}</td><td>{Decimal(total['cost'])}</td>" in row
 
 
 def test_the_sessions_that_cost_most_are_ranked_with_the_tail(alice: Any, as_alice: Api) -> None:
