@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from bench.common import ROOT, Report, Row, text_payload
 
@@ -82,7 +83,6 @@ def run(report: Report) -> None:
 def _lag(report: Report) -> None:
     from sessions_app import services, store
     from sessions_app.projectors import projector_lag
-    from sessions_app.store import NewEvent
 
     owner = services.user_get_or_create_local(username="bench-projector")
     sessions = [
@@ -101,18 +101,7 @@ def _lag(report: Report) -> None:
         n = 0
         while not done.is_set():
             session = sessions[n % SESSIONS]
-            events = [
-                NewEvent(
-                    "user/message",
-                    {
-                        "entry": {
-                            "type": "message",
-                            "message": {"role": "user", "content": texts[(n * BATCH + k) % 200]},
-                        }
-                    },
-                )
-                for k in range(BATCH)
-            ]
+            events = [_user_message(texts[(n * BATCH + k) % 200]) for k in range(BATCH)]
             seqs[session.id] = store.append_events(session.id, seqs[session.id], events).last_seq
             n += 1
             written[0] += BATCH
@@ -161,7 +150,6 @@ def _backlog(report: Report) -> None:
     from sessions_app import services, store
     from sessions_app.projectors import registered
     from sessions_app.projectors.runner import project_pending
-    from sessions_app.store import NewEvent
 
     owner = services.user_get_or_create_local(username="bench-projector")
     sessions = [
@@ -172,18 +160,7 @@ def _backlog(report: Report) -> None:
     per_call = 100
     for n in range(BACKLOG // per_call):
         session = sessions[n % SESSIONS]
-        events = [
-            NewEvent(
-                "user/message",
-                {
-                    "entry": {
-                        "type": "message",
-                        "message": {"role": "user", "content": texts[(n * per_call + k) % 200]},
-                    }
-                },
-            )
-            for k in range(per_call)
-        ]
+        events = [_user_message(texts[(n * per_call + k) % 200]) for k in range(per_call)]
         session.last_seq = store.append_events(session.id, session.last_seq, events).last_seq
     for projector in registered():
         started = time.perf_counter()
@@ -199,3 +176,10 @@ def _backlog(report: Report) -> None:
         )
         row = report.rows[-1]
         print(f"  {row.name}: {row.value} ({row.note})", flush=True)
+
+
+def _user_message(text: str) -> Any:
+    from sessions_app.store import NewEvent
+
+    entry = {"type": "message", "message": {"role": "user", "content": text}}
+    return NewEvent("user/message", {"entry": entry})
