@@ -200,6 +200,19 @@ def db_access(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def user(make_user: Any) -> User:
+    """A new user of the tests' servers (a test file may make its own)."""
+    return make_user()
+
+
+@pytest.fixture
+def signed_in(page: Page, server: Server, user: User) -> Page:
+    """`page`, signed in as `user`."""
+    sign_in(page, server, user)
+    return page
+
+
 def sign_in(page: Page, server: Server, user: User) -> None:
     page.goto(server.url + "/accounts/login/")
     page.fill("input[name=username]", user.get_username())

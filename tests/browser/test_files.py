@@ -9,7 +9,6 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, expect
 
 from sessions_app import services, store
@@ -26,17 +25,6 @@ from tests.browser.conftest import (
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def user(make_user: Any) -> User:
-    return make_user()
-
-
-@pytest.fixture
-def signed_in(page: Page, server: Server, user: User) -> Page:
-    sign_in(page, server, user)
-    return page
 
 
 def write(page: Page, path: str, text: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -29,17 +28,6 @@ from tests.browser.conftest import (
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def user(make_user: Any) -> User:
-    return make_user()
-
-
-@pytest.fixture
-def signed_in(page: Page, server: Server, user: User) -> Page:
-    sign_in(page, server, user)
-    return page
 
 
 def test_sign_in_start_a_session_and_see_the_answer_stream_with_tool_calls(
