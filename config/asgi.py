@@ -17,6 +17,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from config.body_limits import BodyLimits, refuse_early_in_daphne  # noqa: E402
 from config.health import HealthCheck  # noqa: E402
 from config.reason_phrases import install as install_reason_phrases  # noqa: E402
+from config.request_heads import answer_long_heads_in_daphne  # noqa: E402
 from config.startup import (  # noqa: E402
     RunOnceAtStart,
     recover_open_turns,
@@ -46,6 +47,9 @@ application = RunOnceAtStart(router, recover_open_turns)
 # Under daphne, the same body limits while Twisted reads the request, before any of it is
 # kept (config.body_limits).
 refuse_early_in_daphne()
+# A URL or headers over Twisted's 16 KiB are answered 414 or 431, not with silence
+# (config.request_heads).
+answer_long_heads_in_daphne()
 # Status lines say `Too Many Requests`, not `Unknown Status` (config.reason_phrases).
 install_reason_phrases()
 # The changes to Twisted and autobahn that the live feed's send path was measured with
