@@ -26,6 +26,7 @@ SCOPE_NAMES: Mapping[str, str] = {
     "import": "imports",
     "append": "appends",
     "session": "new sessions",
+    "subagent": "subagents",
     "fork": "forks",
     "summary": "branch summaries",
     "compact": "compactions",

@@ -80,7 +80,7 @@ def test_presets_from_the_environment():
         "STRAND_ANTHROPIC_API_KEY": "sk-ant",
     }
     found = presets(env)
-    assert sorted(found) == ["anthropic", "coding", "offline", "openai"]
+    assert sorted(found) == ["anthropic", "coding", "delegating", "offline", "openai"]
     assert found["openai"] == {
         "provider": "openai",
         "model": "deepseek-chat",
