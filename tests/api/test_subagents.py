@@ -61,6 +61,12 @@ def run_to_idle(api: Api, session: Session, text: str) -> None:
     wait_idle(session)
 
 
+def walk(spans: list[Any]) -> Any:
+    for span in spans:
+        yield span
+        yield from walk(span["children"])
+
+
 def task_results(session: Session) -> list[Any]:
     return [
         e
@@ -112,12 +118,11 @@ def test_a_delegated_task_runs_in_a_child_session_on_a_copy_of_the_files(
     assert shown["parent_id"] == str(parent.id) and shown["origin"] == "subagent"
     assert shown["delegation_depth"] == 1
     trace = body_of(as_alice.get(f"/sessions/{parent.id}/views/trace"))
-    rows = trace["rows"]
-    task_row = next(r for r in rows if r["kind"] == "tool" and r["name"] == "task")
-    below = rows[rows.index(task_row) + 1 :]
-    nested = [r for r in below if r["depth"] > task_row["depth"]]
-    assert any(r["kind"] == "turn" and r["key"].startswith("subagent-") for r in nested)
-    assert any(r["kind"] == "tool" and r["name"] == "write" for r in nested)
+    task_span = next(s for s in walk(trace["spans"]) if s["kind"] == "tool" and s["name"] == "task")
+    assert ["child_session", str(child.id)] in task_span["outputs"]
+    nested = list(walk(task_span["children"]))
+    assert any(s["kind"] == "turn" and s["key"].startswith("subagent-") for s in nested)
+    assert any(s["kind"] == "tool" and s["name"] == "write" for s in nested)
 
     # Only who may see the parent sees the child.
     assert as_bob.get(f"/sessions/{child.id}").status_code == 404
@@ -164,6 +169,8 @@ def test_children_per_session_and_per_user_are_capped(
     as_alice: Api, parent: Session, settings: Any, alice: Any, workspace: Path
 ) -> None:
     settings.STRAND_SUBAGENTS_PER_SESSION = 1
+    # Two children an hour for the user: a refusal for the session's cap counts none.
+    settings.STRAND_RATE_LIMITS = {"subagent": (2, 3600)}
     run_to_idle(as_alice, parent, "delegate: read notes.txt")
     run_to_idle(as_alice, parent, "delegate: read notes.txt")
     assert len(children_of(parent)) == 1
@@ -171,7 +178,7 @@ def test_children_per_session_and_per_user_are_capped(
     assert "error_code" not in first.data
     assert second.data["error_code"] == "SUBAGENT_CAP"
 
-    settings.STRAND_RATE_LIMITS = {"subagent": (1, 3600)}
+    settings.STRAND_SUBAGENTS_PER_SESSION = 16
     other = services.session_create(owner=alice, cwd=str(workspace), preset=DELEGATING)
     run_to_idle(as_alice, other, "delegate: read notes.txt")
     run_to_idle(as_alice, other, "delegate: read notes.txt")
