@@ -27,7 +27,9 @@ def children_started(events: Sequence[EventRecord]) -> dict[str, str]:
     return found
 
 
-def graft_children(spans: Sequence[Any], nested: Mapping[str, tuple[str, Sequence[Any]]]) -> tuple[Any, ...]:
+def graft_children(
+    spans: Sequence[Any], nested: Mapping[str, tuple[str, Sequence[Any]]]
+) -> tuple[Any, ...]:
     """`spans` with each tool span whose call id is in `nested` (call id → (child session,
     the child's spans)) holding the child's spans after its own children."""
     if not nested:
@@ -44,14 +46,17 @@ def _grafted(span: Any, nested: Mapping[str, tuple[str, Sequence[Any]]]) -> Any:
     prefix = f"subagent-{call_id}-"
     return replace(
         span,
-        children=(*children, *(_rekeyed(s, prefix) for s in child_spans)),
+        children=(*children, *(_rekeyed(s, prefix, span.turn) for s in child_spans)),
         outputs=(*span.outputs, ("child_session", child_session)),
     )
 
 
-def _rekeyed(span: Any, prefix: str) -> Any:
+def _rekeyed(span: Any, prefix: str, turn: int | None) -> Any:
+    """A child's span as the parent's trace holds it: its key prefixed, and the parent's
+    turn as its turn (the parent's page finds a span by its key in that turn)."""
     return replace(
         span,
         key=prefix + span.key,
-        children=tuple(_rekeyed(child, prefix) for child in span.children),
+        turn=turn,
+        children=tuple(_rekeyed(child, prefix, turn) for child in span.children),
     )

@@ -41,7 +41,7 @@ from sessions_app.limits import RateLimited
 from sessions_app.models import Session
 from sessions_app.selectors import events as event_reads
 from sessions_app.selectors.workspace import workspace_at
-from sessions_app.selectors.workspace_diffs import workspace_diff_between
+from sessions_app.selectors.workspace_diffs import child_workspace_diff
 from sessions_app.store import NewEvent, append_events
 from sessions_app.store.blobs import blobs_get
 
@@ -182,18 +182,6 @@ def _title(prompt: str) -> str:
     return f"Subagent: {line[:80]}{'…' if len(line) > 80 else ''}"
 
 
-def child_diff(child: Session, limits: DiffLimits | None = None) -> WorkspaceDiff | None:
-    """What the child changed in its copy of the parent's files: its root (the fork's
-    files) against its current leaf. None when it has no folder."""
-    if not child.cwd:
-        return None
-    before = workspace_at(child.id, None) or {}
-    after = workspace_at(child.id, child.leaf_entry_id) or {}
-    if limits is None:
-        return workspace_diff_between(child, before, after)
-    return workspace_diff_between(child, before, after, limits)
-
-
 def child_report(child_session: str) -> ChildReport:
     child = Session.objects.filter(id=child_session).first()
     if child is None:
@@ -205,7 +193,7 @@ def child_report(child_session: str) -> ChildReport:
         message = entry.get("message") if isinstance(entry, Mapping) else None
         if isinstance(message, Mapping):
             answer = content_text(message.get("content"))
-    diff = child_diff(child, REPORT_DIFF)
+    diff = child_workspace_diff(child, REPORT_DIFF)
     if diff is None or diff.empty:
         return ChildReport(answer, "The subagent changed no files." if diff is not None else "")
     return ChildReport(answer, _diff_text(diff), tuple(_file_rows(diff)))

@@ -194,7 +194,8 @@ def selected_span(
     if turn is None:
         return None
     events = events_of_turns(session.id, [turn])
-    for row in project_trace(events).rows if events else ():
+    nested = subagent_spans(session, events)
+    for row in project_trace(events, subagents=nested).rows if events else ():
         if row.span.key == key:
             return row.span
     return None

@@ -51,3 +51,25 @@ def subagent_children(session: Session, limit: int = 50) -> list[Session]:
     return list(
         Session.objects.filter(parent=session, origin="subagent").order_by("created_at")[:limit]
     )
+
+
+# Parents a page's breadcrumbs name above a child (more than subagents may nest).
+LINEAGE_SHOWN = 8
+
+
+def subagent_lineage(session: Session) -> list[Session]:
+    """The sessions above a child, the top one first: its parent, that one's parent while
+    it is a child too (at most LINEAGE_SHOWN). Empty for a session no `task` call started."""
+    chain: list[Session] = []
+    current = session
+    while current.origin == "subagent" and current.parent_id and len(chain) < LINEAGE_SHOWN:
+        parent = (
+            Session.objects.filter(id=current.parent_id)
+            .only("id", "title", "owner_id", "origin", "parent_id", "delegation_depth")
+            .first()
+        )
+        if parent is None:
+            break
+        chain.append(parent)
+        current = parent
+    return chain[::-1]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from runtime.subagents import ChildAsk, ChildRefused
 from sessions_app import services, store
@@ -76,7 +77,7 @@ def task_results(session: Session) -> list[Any]:
 
 
 def test_a_delegated_task_runs_in_a_child_session_on_a_copy_of_the_files(
-    as_alice: Api, as_bob: Api, parent: Session, workspace: Path
+    as_alice: Api, as_bob: Api, bob: Any, parent: Session, workspace: Path
 ) -> None:
     run_to_idle(as_alice, parent, "delegate: write hello.txt: hi from the child")
 
@@ -127,6 +128,27 @@ def test_a_delegated_task_runs_in_a_child_session_on_a_copy_of_the_files(
     # Only who may see the parent sees the child.
     assert as_bob.get(f"/sessions/{child.id}").status_code == 404
     assert as_bob.get(f"/sessions/{child.id}/views/trace").status_code == 404
+
+    # The pages: the list marks the child, its page names its parent in the breadcrumbs,
+    # the parent's tree lists it, and the task call's detail shows the child's diff.
+    page = Client()
+    page.force_login(parent.owner)
+    listed = page.get("/").content.decode()
+    assert f'class="pill subtle subagent" href="/sessions/{parent.id}/"' in listed
+    child_page = page.get(f"/sessions/{child.id}/").content.decode()
+    assert f'class="crumb crumb-parent" href="/sessions/{parent.id}/"' in child_page
+    assert 'id="subagent-parent"' in child_page
+    parent_page = page.get(f"/sessions/{parent.id}/").content.decode()
+    assert f'data-child="{child.id}"' in parent_page
+    call_id = started[0].data["call_id"]
+    detail = page.get(f"/sessions/{parent.id}/?view=trace&span=tool-{call_id}&turn=1")
+    shown_detail = detail.content.decode()
+    assert f'id="span-child" href="/sessions/{child.id}/"' in shown_detail
+    assert "hello.txt" in shown_detail.split('id="span-files"')[1]
+    assert f'data-span="subagent-{call_id}-turn-1"' in shown_detail
+    stranger = Client()
+    stranger.force_login(bob)
+    assert stranger.get(f"/sessions/{child.id}/").status_code == 404
 
 
 def test_cancelling_the_parent_cancels_the_child(as_alice: Api, parent: Session) -> None:
