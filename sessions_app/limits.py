@@ -26,7 +26,6 @@ SCOPE_NAMES: Mapping[str, str] = {
     "import": "imports",
     "append": "appends",
     "session": "new sessions",
-    "subagent": "subagents",
     "fork": "forks",
     "summary": "branch summaries",
     "compact": "compactions",

@@ -1,4 +1,4 @@
-"""Subagents' child sessions in Postgres: `runtime.subagents.Children` over the services and
+"""Subagents' child sessions in Postgres: `runtime.subagents.Children` over the store and
 the selectors (each call on the engine's database threads).
 
 A child is a session of the parent's owner (`origin` "subagent", its `parent` the parent,
@@ -15,21 +15,27 @@ Caps, each refused as the `task` call's error result with nothing written:
   the user started (`SUBAGENT_DEPTH`);
 - per session: a session starts at most `STRAND_SUBAGENTS_PER_SESSION` (default 16)
   children in all (`SUBAGENT_CAP`);
-- per user: the rate limit `subagent` (`STRAND_RATE_LIMITS`; default 60 an hour) counts
-  each child started (`RATE_LIMITED`); a child's turn also takes one of its owner's turn
+- per user: at most `STRAND_SUBAGENTS_PER_USER_HOUR` (default 60) children started by
+  the owner's sessions in the last hour, counted from the sessions themselves under a
+  lock of the owner's (`RATE_LIMITED`); a child's turn also takes one of its owner's turn
   places (`agent.admission`), so no more children run at once than turns may;
 - time: a child that runs past `STRAND_SUBAGENT_TIMEOUT_S` (default 600) is cancelled.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import struct
+import uuid
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from projections.chat import content_text
 from projections.workspace import SNAPSHOT, manifest_data
@@ -37,7 +43,7 @@ from projections.workspace_diff import DiffLimits, WorkspaceDiff
 from runtime.subagents import Child, ChildAsk, ChildRefused, ChildReport, SubagentLimits
 from runtime.workspace import materialize
 from sessions_app import presets, workspaces
-from sessions_app.limits import RateLimited
+from sessions_app.limits import duration_words
 from sessions_app.models import Session
 from sessions_app.selectors import events as event_reads
 from sessions_app.selectors.workspace import workspace_at
@@ -48,6 +54,8 @@ from sessions_app.store.blobs import blobs_get
 SUBAGENT = "subagent"
 DEFAULT_MAX_DEPTH = 3
 DEFAULT_PER_SESSION = 16
+DEFAULT_PER_USER_HOUR = 60
+HOUR_S = 3600
 DEFAULT_TIMEOUT_S = 600.0
 # What a `task` result shows of the child's changes: fewer lines than the trace's diff.
 REPORT_DIFF = DiffLimits(files=50, file_lines=80, total_lines=300, total_bytes=32_000)
@@ -59,6 +67,10 @@ def max_depth() -> int:
 
 def per_session() -> int:
     return max(int(getattr(settings, "STRAND_SUBAGENTS_PER_SESSION", DEFAULT_PER_SESSION)), 0)
+
+
+def per_user_hour() -> int:
+    return max(int(getattr(settings, "STRAND_SUBAGENTS_PER_USER_HOUR", DEFAULT_PER_USER_HOUR)), 0)
 
 
 def subagent_limits() -> SubagentLimits:
@@ -114,9 +126,6 @@ def _chosen_tools(parent_tools: Sequence[str], asked: Sequence[str] | None) -> l
 
 def start_child(ask: ChildAsk) -> Child:
     """Create the child `ask` asks for (see the module doc), or `ChildRefused`."""
-    from sessions_app.services import session_create
-    from sessions_app.services.ratelimit import rate_hit
-
     parent = Session.objects.select_related("owner").filter(id=ask.parent_session).first()
     if parent is None:
         raise ChildRefused(f"no session {ask.parent_session}")
@@ -124,40 +133,15 @@ def start_child(ask: ChildAsk) -> Child:
     tools = _chosen_tools(_tools_of(parent), ask.tools)
     name = ask.preset or presets.preset_name_of(parent.preset)
     try:
-        offered = presets.preset_resolve(name).get("tools") or []
+        preset = presets.preset_resolve(name)
     except presets.PresetNotFound as exc:
         raise ChildRefused(str(exc), "SUBAGENT_PRESET") from None
-    tools = [t for t in tools if t in offered]
-    try:
-        rate_hit(parent.owner, SUBAGENT)
-    except RateLimited as exc:
-        raise ChildRefused(exc.readable(), "RATE_LIMITED") from None
-    depth = parent.delegation_depth + 1
-    manifest = workspace_at(parent.id, ask.at_entry) or {} if parent.cwd else {}
+    tools = [t for t in tools if t in (preset.get("tools") or ())]
+    manifest = (workspace_at(parent.id, ask.at_entry) or {}) if parent.cwd else {}
     with transaction.atomic():
-        child = session_create(
-            owner=parent.owner,
-            title=_title(ask.prompt),
-            cwd=workspaces.new_folder(parent.owner) if parent.cwd else "",
-            preset=name,
-            source=SUBAGENT,
-            parent=parent,
-            fork_point=ask.at_entry,
-            origin=SUBAGENT,
-            delegation_depth=depth,
-            tools=tools,
-        )
-        descriptor = {
-            "parent_session": str(parent.id),
-            "parent_call_id": ask.call_id,
-            "parent_turn": ask.turn,
-            "fork_point": ask.at_entry,
-            "prompt": ask.prompt,
-            "preset_name": name,
-            "tools": tools,
-            "delegation_depth": depth,
-        }
-        events = [NewEvent("subagent/descriptor", descriptor)]
+        _refuse_over_the_hour(parent)
+        child = _child_session(parent, ask, name, {**preset, "tools": tools})
+        events = [NewEvent("subagent/descriptor", _descriptor(parent, ask, child, tools))]
         if manifest and child.cwd:
             files = manifest_data(manifest)
             fork = {
@@ -174,7 +158,81 @@ def start_child(ask: ChildAsk) -> Child:
     if manifest and child.cwd:
         contents = blobs_get(owner_id=child.owner_id, shas=[f.sha256 for f in manifest.values()])
         materialize(Path(os.path.realpath(child.cwd)), {}, manifest, contents)
-    return Child(str(child.id), depth, tuple(tools), ask.prompt)
+    return Child(str(child.id), child.delegation_depth, tuple(tools), ask.prompt)
+
+
+def _refuse_over_the_hour(parent: Session) -> None:
+    """The per-user cap: children started by the owner's sessions in the last hour,
+    counted under a transaction lock of the owner's, so two processes cannot both take
+    the last one."""
+    limit = per_user_hour()
+    if not limit:
+        return
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", [_owner_key(parent.owner_id)])
+    since = timezone.now() - timedelta(seconds=HOUR_S)
+    started = Session.objects.filter(
+        owner_id=parent.owner_id, origin=SUBAGENT, created_at__gte=since
+    ).count()
+    if started >= limit:
+        raise ChildRefused(
+            f"Too many subagents: at most {limit} per {duration_words(HOUR_S)} for each user. "
+            "Do the work here, or try again later.",
+            "RATE_LIMITED",
+        )
+
+
+def _owner_key(owner_id: int) -> int:
+    digest = hashlib.blake2b(f"strand-subagents:{owner_id}".encode(), digest_size=8)
+    return int(struct.unpack(">q", digest.digest())[0])
+
+
+def _child_session(parent: Session, ask: ChildAsk, name: str, preset: dict[str, Any]) -> Session:
+    """The child's row and its `session/created` (as `services.session_create` writes one,
+    with its origin and depth): a folder of its own when the parent has one."""
+    session_id = uuid.uuid4()
+    owner = parent.owner
+    wanted = workspaces.new_folder(owner) if parent.cwd else ""
+    cwd = workspaces.session_folder(owner, wanted, str(session_id), in_use=False) if wanted else ""
+    depth = parent.delegation_depth + 1
+    child = Session.objects.create(
+        id=session_id,
+        owner=owner,
+        title=_title(ask.prompt),
+        cwd=cwd,
+        preset=preset,
+        parent=parent,
+        fork_point=ask.at_entry or "",
+        origin=SUBAGENT,
+        delegation_depth=depth,
+    )
+    created = {
+        "title": child.title,
+        "cwd": workspaces.display_cwd(owner, cwd),
+        "preset_name": name,
+        "preset": preset,
+        "source": SUBAGENT,
+        "parent_session": str(parent.id),
+        "fork_point": ask.at_entry,
+        "origin": SUBAGENT,
+        "delegation_depth": depth,
+    }
+    append_events(child.id, -1, [NewEvent("session/created", created)])
+    child.refresh_from_db()
+    return child
+
+
+def _descriptor(parent: Session, ask: ChildAsk, child: Session, tools: list[str]) -> dict[str, Any]:
+    return {
+        "parent_session": str(parent.id),
+        "parent_call_id": ask.call_id,
+        "parent_turn": ask.turn,
+        "fork_point": ask.at_entry,
+        "prompt": ask.prompt,
+        "preset_name": presets.preset_name_of(child.preset),
+        "tools": tools,
+        "delegation_depth": child.delegation_depth,
+    }
 
 
 def _title(prompt: str) -> str:

@@ -56,14 +56,8 @@ def session_create(
     parent: Session | None = None,
     fork_point: str | None = None,
     pi_header: Mapping[str, Any] | None = None,
-    origin: str = "",
-    delegation_depth: int = 0,
-    tools: list[str] | None = None,
 ) -> Session:
     """A new session with its `session/created` event at seq 0.
-
-    A subagent's child (`origin` "subagent", `sessions_app.agent.children`) records its
-    delegation depth and the tools it was given (`tools`, no wider than its parent's).
 
     `preset` names one of the server's presets (default: offline); the session records the
     name with a snapshot of the preset for display. `cwd` must be "" (no workspace),
@@ -78,8 +72,6 @@ def session_create(
         chosen = preset_resolve(name)
     except PresetNotFound as exc:
         raise NotAllowed(str(exc)) from None
-    if tools is not None:
-        chosen = {**chosen, "tools": list(tools)}
     session_id = uuid.uuid4()
     if cwd and cwd != workspaces.NEW_FOLDER:
         cwd = workspaces.check_owned_cwd(owner, cwd)
@@ -94,8 +86,6 @@ def session_create(
             preset=chosen,
             parent=parent,
             fork_point=fork_point or "",
-            origin=origin,
-            delegation_depth=delegation_depth,
         )
         data: dict[str, Any] = {
             "title": title,
@@ -109,8 +99,6 @@ def session_create(
         }
         if pi_header is not None:
             data["pi_header"] = dict(pi_header)
-        if origin:
-            data.update(origin=origin, delegation_depth=delegation_depth)
         store.append_events(session.id, -1, [NewEvent("session/created", data)])
     session.refresh_from_db()
     return session

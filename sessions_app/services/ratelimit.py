@@ -40,8 +40,6 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     # Appending events through the API (a batch of up to STRAND_MAX_BATCH is one hit):
     # two a second, enough for a program recording its own agent's conversation.
     "append": (120, 60),
-    # Subagents started by `task` calls: each is a child session and its turn.
-    "subagent": (60, 3600),
     # Creating an empty session (API and page).
     "session": (60, 3600),
     # Forking: a fork copies the whole path to its entry.

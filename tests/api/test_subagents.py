@@ -24,9 +24,7 @@ DELEGATING = "delegating"
 
 @pytest.fixture
 def parent(alice: Any, workspace: Path) -> Session:
-    return services.session_create(
-        owner=alice, title="lead", cwd=str(workspace), preset=DELEGATING
-    )
+    return services.session_create(owner=alice, title="lead", cwd=str(workspace), preset=DELEGATING)
 
 
 def children_of(session: Session) -> list[Session]:
@@ -85,7 +83,9 @@ def test_a_delegated_task_runs_in_a_child_session_on_a_copy_of_the_files(
     assert child.owner_id == parent.owner_id and child.delegation_depth == 1
     created, descriptor, fork = events_of(child)[:3]
     assert created.data["origin"] == "subagent" and created.data["source"] == "subagent"
-    assert created.data["parent_session"] == str(parent.id) and created.data["delegation_depth"] == 1
+    assert (
+        created.data["parent_session"] == str(parent.id) and created.data["delegation_depth"] == 1
+    )
     assert descriptor.type == "subagent/descriptor"
     assert descriptor.data["prompt"] == "write hello.txt: hi from the child"
     assert "task" in descriptor.data["tools"] and "write" in descriptor.data["tools"]
@@ -192,7 +192,7 @@ def test_children_per_session_and_per_user_are_capped(
 ) -> None:
     settings.STRAND_SUBAGENTS_PER_SESSION = 1
     # Two children an hour for the user: a refusal for the session's cap counts none.
-    settings.STRAND_RATE_LIMITS = {"subagent": (2, 3600)}
+    settings.STRAND_SUBAGENTS_PER_USER_HOUR = 2
     run_to_idle(as_alice, parent, "delegate: read notes.txt")
     run_to_idle(as_alice, parent, "delegate: read notes.txt")
     assert len(children_of(parent)) == 1

@@ -71,7 +71,9 @@ def test_sigkill_while_a_child_runs_closes_child_and_call_exactly_once(
         )
         assert sent.status_code == 202, sent.text
         [asked] = _wait(lambda: approvals(parent.id), "the task call asked no approval")
-        http.post(f"{base}/{parent.id}/approvals/{asked['approval_id']}", json={"outcome": "allowed"})
+        http.post(
+            f"{base}/{parent.id}/approvals/{asked['approval_id']}", json={"outcome": "allowed"}
+        )
         child = _wait(
             lambda: Session.objects.filter(parent=parent, origin="subagent").first(),
             "no child session",
@@ -99,9 +101,7 @@ def test_sigkill_while_a_child_runs_closes_child_and_call_exactly_once(
     parent_ends = [e.data["reason"] for e in parent_events if e.type == "turn/end"]
     assert child_ends == ["interrupted"] and parent_ends == ["interrupted"]
     results = Counter(
-        e.data["entry"]["message"]["toolCallId"]
-        for e in parent_events
-        if e.type == "tool/result"
+        e.data["entry"]["message"]["toolCallId"] for e in parent_events if e.type == "tool/result"
     )
     [task_call] = [e for e in parent_events if e.type == "tool/call"]
     assert task_call.data["tool"] == "task"
