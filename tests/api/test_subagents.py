@@ -154,8 +154,12 @@ def test_a_delegated_task_runs_in_a_child_session_on_a_copy_of_the_files(
 def test_cancelling_the_parent_cancels_the_child(as_alice: Api, parent: Session) -> None:
     sent = as_alice.post(f"/sessions/{parent.id}/messages", {"text": "delegate: write a.txt: x"})
     assert sent.status_code == 202
-    approve_all(as_alice, [parent])
-    wait_for(lambda: approve_all(as_alice, [parent]) or children_of(parent))
+
+    def child_started() -> list[Session]:
+        approve_all(as_alice, [parent])  # the task call's approval
+        return children_of(parent)
+
+    wait_for(child_started)
     [child] = children_of(parent)
     # The child waits for the approval of its write; the parent waits for the child.
     wait_for(lambda: body_of(as_alice.get(f"/sessions/{child.id}/approvals")))
