@@ -225,3 +225,21 @@ def test_a_child_gets_no_tool_its_parent_lacks(alice: Any, parent: Session) -> N
 
     assert list(_setup(str(child.id)).preset["tools"]) == ["read"]
     assert json.loads(json.dumps(child.preset["tools"])) == ["read"]
+
+
+def test_a_child_past_its_time_is_cancelled(as_alice: Api, parent: Session, settings: Any) -> None:
+    settings.STRAND_SUBAGENT_TIMEOUT_S = 0.5
+    sent = as_alice.post(f"/sessions/{parent.id}/messages", {"text": "delegate: write late.txt: x"})
+    assert sent.status_code == 202
+    # The task call is allowed; the child's own write is never decided.
+    wait_for(lambda: body_of(as_alice.get(f"/sessions/{parent.id}/approvals")))
+    approve_all(as_alice, [parent])
+    wait_idle(parent)
+    [child] = children_of(parent)
+    wait_for(lambda: body_of(as_alice.get(f"/sessions/{child.id}"))["turn_status"] == "idle")
+    [result] = task_results(parent)
+    assert result.data["error_code"] == "SUBAGENT_TIMEOUT"
+    assert "ran past 0.5 s" in result.data["entry"]["message"]["content"][0]["text"]
+    assert [e.data["reason"] for e in events_of(child) if e.type == "turn/end"] == ["aborted"]
+    # The parent goes on: its model reads the error and the turn completes.
+    assert [e.data["reason"] for e in events_of(parent) if e.type == "turn/end"] == ["completed"]
