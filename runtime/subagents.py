@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.errors import AgentError
 from runtime.ports import NewFact
-from runtime.run import Delta, DeltaSink, Run
+from runtime.run import Delta, DeltaSink, NoticeSink, Run
 from runtime.tools import Tool, ToolOutcome, Workspace
 
 if TYPE_CHECKING:
@@ -186,6 +186,7 @@ class Subagents:
                 child.prompt,
                 auto_approve=call.auto_approve,
                 on_delta=_relay(call),
+                on_notice=_pinger(call),
             )
         except AgentError as exc:  # the caps on open turns, a preset gone…
             text = f"task: the child session {child.session_id} could not start: {exc}"
@@ -263,7 +264,8 @@ def _ask_of(call: TaskCall) -> ChildAsk | ToolOutcome:
 
 def _relay(call: TaskCall) -> DeltaSink | None:
     """The child's deltas to its own viewers, and its text, as the `task` call's live
-    output, to the parent's."""
+    output (named `task`: the parent's page then also redraws the child's spans), to the
+    parent's."""
     sink = call.on_delta
     if sink is None:
         return None
@@ -271,19 +273,26 @@ def _relay(call: TaskCall) -> DeltaSink | None:
     def relay(delta: Delta) -> None:
         sink(delta)
         if delta.kind in ("text", "tool_output") and delta.text:
-            with contextlib.suppress(Exception):
-                sink(
-                    Delta(
-                        call.parent_session,
-                        call.turn,
-                        call.step,
-                        "tool_output",
-                        call.call_id,
-                        delta.text,
-                    )
-                )
+            _to_parent(call, sink, delta.text)
 
     return relay
+
+
+def _pinger(call: TaskCall) -> NoticeSink | None:
+    """What the child's notices (a turn started or ended, an approval waited for) tell the
+    parent's viewers: an empty piece of the call's output, so they redraw its spans."""
+    sink = call.on_delta
+    if sink is None:
+        return None
+    return lambda _: _to_parent(call, sink, "")
+
+
+def _to_parent(call: TaskCall, sink: DeltaSink, text: str) -> None:
+    delta = Delta(
+        call.parent_session, call.turn, call.step, "tool_output", call.call_id, text, name=TASK
+    )
+    with contextlib.suppress(Exception):
+        sink(delta)
 
 
 def _details(child: Child, ended: str | None) -> dict[str, Any]:

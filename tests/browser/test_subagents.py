@@ -6,6 +6,7 @@ nests the child's turn under the call, and the pages link parent and child both 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def _child_of(parent_id: str, timeout: float = 20) -> Session:
     deadline = time.monotonic() + timeout
     while True:
-        child = Session.objects.filter(parent_id=parent_id, origin="subagent").first()
+        child = Session.objects.filter(parent_id=uuid.UUID(parent_id), origin="subagent").first()
         if child is not None:
             return child
         assert time.monotonic() < deadline, "no child session was started"
@@ -52,10 +53,20 @@ def test_a_delegated_task_streams_nests_and_links(
     approval = page.locator(".approval")
     expect(approval).to_contain_text("task")
     approval.locator("button[value=allowed]").click()
+    # The parent's trace, shown while the child works: the child's spans appear under the
+    # call as they are written, with no reload.
+    expect(page.locator(".approval")).to_have_count(0)
+    page.click("a[data-view-tab=trace]")
+    expect(page.locator("#view")).to_have_attribute("data-view", "trace")
 
     # The child waits for the approval of its own write, on its own page; its breadcrumbs
     # and header name the parent.
     child = _child_of(parent_id)
+    waiting = page.locator('.span.kind-approval.status-waiting a[data-span^="subagent-"]')
+    expect(waiting).to_have_count(1, timeout=15_000)
+    screenshot(page, "subagents-00-child-spans-live")
+    page.click("a[data-view-tab=chat]")
+    expect(page.locator("#view")).to_have_attribute("data-view", "chat")
     other = page.context.new_page()
     other.goto(f"{server.url}/sessions/{child.id}/")
     wait_live(other)
@@ -77,6 +88,7 @@ def test_a_delegated_task_streams_nests_and_links(
         timeout=20_000,
     )
     wait_turn(page)
+    page.goto(url)
     task = page.locator('#chat details.tool:has(.tool-name:text-is("task"))')
     expect(task.locator("pre.output").last).to_contain_text("added hello.txt (+1 -0)")
     # What the model and the child wrote is shown as text, never as markup.
