@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
+from sessions_app import store
 from sessions_app.models import Session
 from tests.browser.conftest import (
     Server,
@@ -116,4 +117,39 @@ def test_a_delegated_task_streams_nests_and_links(
     assert Path(child.cwd, "hello.txt").read_text() == "hi <b>from</b> the child"
     page.goto(server.url + "/")
     expect(page.locator(f'a.pill.subagent[href="/sessions/{parent_id}/"]')).to_be_visible()
+    other.close()
+
+
+def test_cancelling_the_parent_in_the_browser_cancels_its_child(
+    page: Page, server: Server, make_user: Any
+) -> None:
+    user: User = make_user()
+    sign_in(page, server, user)
+    page.select_option(".new-session select[name=preset]", "delegating")
+    url = new_session(page, "Lead to cancel")
+    parent_id = url.rstrip("/").split("/")[-1]
+    expect_turn(page)
+    page.fill("textarea[data-composer]", "delegate: write never.txt: no")
+    page.click("#composer-state button.primary")
+    page.locator(".approval button[value=allowed]").click()
+    child = _child_of(parent_id)
+    other = page.context.new_page()
+    other.goto(f"{server.url}/sessions/{child.id}/")
+    wait_live(other)
+    expect(other.locator(".approval")).to_contain_text("write")  # the child waits
+
+    page.locator("button[data-cancel]").click()
+    wait_turn(page)
+    task = page.locator('#chat details.tool:has(.tool-name:text-is("task"))')
+    expect(task.locator(".pill.error")).to_contain_text("ABORTED")
+    expect(task).to_contain_text("cancelled with its parent")
+    # The child's page sees its own turn end, cancelled, with no approval left to give.
+    expect(other.locator("#session-state")).to_have_attribute("data-state", "aborted")
+    expect(other.locator(".approval")).to_have_count(0)
+    screenshot(other, "subagents-04-child-cancelled")
+    ends = [
+        e.data["reason"] for e in store.events_after(child.id, -1, 1000) if e.type == "turn/end"
+    ]
+    assert ends == ["aborted"]
+    assert not Path(child.cwd, "never.txt").exists()
     other.close()
