@@ -15,7 +15,7 @@ from runtime.subagents import ChildAsk, ChildRefused
 from sessions_app import services, store
 from sessions_app.agent.children import start_child
 from sessions_app.models import Session
-from tests.api.conftest import Api, body_of, wait_for, wait_idle
+from tests.api.conftest import Api, body_of, content_of, wait_for, wait_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,6 +146,11 @@ def test_a_delegated_task_runs_in_a_child_session_on_a_copy_of_the_files(
     assert f'id="span-child" href="/sessions/{child.id}/"' in shown_detail
     assert "hello.txt" in shown_detail.split('id="span-files"')[1]
     assert f'data-span="subagent-{call_id}-turn-1"' in shown_detail
+    # Both export: the child as a Pi file of its own, the parent's page with its trace.
+    pi_file = content_of(as_alice.get(f"/sessions/{child.id}/export"))
+    assert b"hi from the child" in pi_file
+    exported = content_of(page.get(f"/sessions/{parent.id}/export.html")).decode()
+    assert "task" in exported and "hi from the child" in exported
     stranger = Client()
     stranger.force_login(bob)
     assert stranger.get(f"/sessions/{child.id}/").status_code == 404
