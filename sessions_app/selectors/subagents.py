@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from projections.records import EventRecord
 from projections.subagent_trace import children_started
 from projections.trace import TraceSpan, project_trace
-from sessions_app.models import Session
+from sessions_app.models import Event, Session
 from sessions_app.selectors.events import events_of_turns
 
 # Children drawn inside one window of a parent's trace; the rest are reached by their links.
@@ -73,3 +73,27 @@ def subagent_lineage(session: Session) -> list[Session]:
         chain.append(parent)
         current = parent
     return chain[::-1]
+
+
+# `task` calls a page links to their children (the newest; older ones show their child
+# in their results).
+CALLS_LINKED = 50
+
+
+def subagent_calls(session: Session) -> dict[str, str]:
+    """call id → child session, for the newest `task` calls of `session` that started one
+    (at most CALLS_LINKED): a running call links to its child before it has a result."""
+    rows = (
+        Event.objects.filter(session=session, type="subagent/started")
+        .order_by("-seq")
+        .values_list("data", flat=True)[:CALLS_LINKED]
+    )
+    found: dict[str, str] = {}
+    for data in rows:
+        call_id, child = data.get("call_id"), data.get("child_session")
+        if isinstance(call_id, str) and isinstance(child, str):
+            try:
+                found[call_id] = str(uuid.UUID(child))
+            except ValueError:
+                continue
+    return found

@@ -41,7 +41,11 @@ from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.models import Session
 from sessions_app.selectors import tree as tree_reads
 from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
-from sessions_app.selectors.subagents import subagent_children, subagent_lineage
+from sessions_app.selectors.subagents import (
+    subagent_calls,
+    subagent_children,
+    subagent_lineage,
+)
 from sessions_app.selectors.workspace_diffs import (
     branches_diff,
     tool_call_diff,
@@ -696,6 +700,7 @@ def _chat_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
     window = selectors.chat_window(session, leaf, entry=query.entry, everything=query.all)
     return {
         "chat": window.chat,
+        "subagent_calls": subagent_calls(session),
         "items": window.chat.items,
         "hidden_items": window.above,
         # Where the window above ends, when even "everything" stopped at its ceiling.

@@ -133,6 +133,9 @@ def test_cancelling_the_parent_in_the_browser_cancels_its_child(
     page.click("#composer-state button.primary")
     page.locator(".approval button[value=allowed]").click()
     child = _child_of(parent_id)
+    # The running call links to its child, where the child's own approval waits.
+    link = page.locator("#chat details.tool a[data-child-link]")
+    expect(link).to_have_attribute("href", f"/sessions/{child.id}/")
     other = page.context.new_page()
     other.goto(f"{server.url}/sessions/{child.id}/")
     wait_live(other)
