@@ -165,6 +165,16 @@ class Subagents:
         self.children = children
 
     async def run_task(self, call: TaskCall) -> ToolOutcome:
+        """The call's result; never raises (but when the call itself is cancelled)."""
+        try:
+            return await self._run_task(call)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a failing store or a bug must not end the parent's turn
+            log.exception("session %s: task call %s failed", call.parent_session, call.call_id)
+            return ToolOutcome(f"task failed: {type(exc).__name__}: {exc}", True, SUBAGENT_FAILED)
+
+    async def _run_task(self, call: TaskCall) -> ToolOutcome:
         ask = _ask_of(call)
         if isinstance(ask, ToolOutcome):
             return ask

@@ -43,6 +43,7 @@ from projections.workspace_diff import DiffLimits, WorkspaceDiff
 from runtime.subagents import Child, ChildAsk, ChildRefused, ChildReport, SubagentLimits
 from runtime.workspace import materialize
 from sessions_app import presets, workspaces
+from sessions_app.errors import DomainError
 from sessions_app.limits import duration_words
 from sessions_app.models import Session
 from sessions_app.selectors import events as event_reads
@@ -289,7 +290,10 @@ class PostgresChildren:
         self._engine = engine
 
     async def start_child(self, ask: ChildAsk) -> Child:
-        return await self._engine.db(start_child, ask)
+        try:
+            return await self._engine.db(start_child, ask)
+        except DomainError as exc:  # past the owner's storage quota, a folder refused…
+            raise ChildRefused(str(exc)) from None
 
     async def child_report(self, child_session: str) -> ChildReport:
         return await self._engine.db(child_report, child_session)
