@@ -221,7 +221,10 @@ class Subagents:
                 await asyncio.wait({task}, timeout=CHILD_CANCEL_WAIT_S)
         if task not in done:
             if call.parent_run.cancelled:
-                text = f"task: cancelled with its parent; the child session {child.session_id} was cancelled too"
+                text = (
+                    f"task: cancelled with its parent; the child session {child.session_id} "
+                    "was cancelled too"
+                )
                 return ToolOutcome(text, True, ABORTED, _details(child, "aborted"))
             text = (
                 f"task: the child session {child.session_id} ran past {timeout:g} s and was "
