@@ -304,6 +304,13 @@ STRAND_MAX_TURNS_PER_PROCESS = int(os.environ.get("STRAND_MAX_TURNS_PER_PROCESS"
 # How long a turn waits for an approval decision before it ends as `approval_timeout`
 # (0: forever).
 STRAND_APPROVAL_TIMEOUT_S = float(os.environ.get("STRAND_APPROVAL_TIMEOUT_S", "600"))
+# Subagents (a `task` call's child session, sessions_app.agent.children): how deep they
+# nest, how many one session and one user (an hour) start, how long one may run. 0 turns
+# a cap off (the depth: no subagents at all).
+STRAND_SUBAGENT_MAX_DEPTH = int(os.environ.get("STRAND_SUBAGENT_MAX_DEPTH", "3"))
+STRAND_SUBAGENTS_PER_SESSION = int(os.environ.get("STRAND_SUBAGENTS_PER_SESSION", "16"))
+STRAND_SUBAGENTS_PER_USER_HOUR = int(os.environ.get("STRAND_SUBAGENTS_PER_USER_HOUR", "60"))
+STRAND_SUBAGENT_TIMEOUT_S = float(os.environ.get("STRAND_SUBAGENT_TIMEOUT_S", "600"))
 # Open websockets re-check their sign-in at once on sign-out and account changes
 # (sessions_app.live.access), and every this many seconds besides (an expired session).
 STRAND_WS_RECHECK_S = float(os.environ.get("STRAND_WS_RECHECK_S", "60"))

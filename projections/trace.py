@@ -42,6 +42,7 @@ from projections.chat import (
 from projections.faults import fault_view
 from projections.payload import arguments_json
 from projections.records import EventRecord
+from projections.subagent_trace import graft_children
 
 DEFAULT_PAGE_TURNS = 20
 
@@ -218,15 +219,21 @@ class _Fold:
 
 
 def project_trace(
-    events: Sequence[EventRecord], *, outside: Sequence[EventRecord] = ()
+    events: Sequence[EventRecord],
+    *,
+    outside: Sequence[EventRecord] = (),
+    subagents: Mapping[str, tuple[str, Sequence[TraceSpan]]] | None = None,
 ) -> TraceView:
     """The trace of the turns whose events are given, and of the entries `outside` any
-    turn (see the module doc; other events among `outside` are ignored)."""
+    turn (see the module doc; other events among `outside` are ignored). `subagents`
+    (call id → (child session, its spans)) hangs a `task` call's child under the call
+    (`projections.subagent_trace`)."""
     ordered = sorted(events, key=lambda event: event.seq)
     fold = _Fold()
     for event in ordered:
         _apply(fold, event)
     turn_spans = [_turn_span(turn, fold) for _, turn in sorted(fold.turns.items())]
+    turn_spans = list(graft_children(turn_spans, subagents or {}))
     marks = sorted((e for e in outside if is_mark(e) and e.turn is None), key=lambda e: e.seq)
     spans = _with_outside(turn_spans, marks)
     rows = _rows(spans)

@@ -31,6 +31,7 @@ from runtime.messages import message_entry, tool_result_message
 from runtime.ports import NewFact
 from runtime.providers.base import ToolCallRequest
 from runtime.run import Delta, DeltaSink, Run
+from runtime.subagents import TASK, Subagents, TaskCall
 from runtime.tools import Toolbox, ToolOutcome, check_arguments
 from runtime.workspace import WorkspaceRecorder
 
@@ -154,7 +155,9 @@ class ToolDispatch:
         notice: Callable[..., None],
         files: WorkspaceRecorder,
         on_delta: DeltaSink | None = None,
+        subagents: Subagents | None = None,
     ) -> None:
+        self.subagents = subagents
         self.cache = cache
         self.config = config
         self.toolbox = toolbox
@@ -219,7 +222,9 @@ class ToolDispatch:
         stops = {index: threading.Event() for index, p in enumerate(plans) if p.runnable}
         tasks = {
             index: asyncio.ensure_future(
-                self.toolbox.run(
+                self._delegated(turn, step, p.call)
+                if p.call.name == TASK and self.subagents is not None
+                else self.toolbox.run(
                     p.call.name,
                     p.call.arguments,
                     feeds[index].write if index in feeds else None,
@@ -282,6 +287,25 @@ class ToolDispatch:
             rest.append(_result_fact(plan.call, outcome, turn, step))
         await self.cache.append(rest)
         return False
+
+    def _delegated(self, turn: int, step: int, call: ToolCallRequest) -> Any:
+        """A `task` call: a child session does the work (`runtime.subagents`), from the
+        files as they are at the reply that asked for it."""
+        assert self.subagents is not None
+        return self.subagents.run_task(
+            TaskCall(
+                parent_session=self.cache.sid,
+                turn=turn,
+                step=step,
+                call_id=call.call_id,
+                arguments=call.arguments,
+                at_entry=self.cache.leaf,
+                parent_run=self.run,
+                record=self.cache.append,
+                on_delta=self.on_delta,
+                auto_approve=self.auto_approve,
+            )
+        )
 
     def _live_outputs(self, turn: int, step: int, plans: list[_Plan]) -> dict[int, LiveOutput]:
         """A live feed for each runnable call whose output streams, when anyone listens."""

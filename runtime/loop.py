@@ -47,6 +47,7 @@ from runtime.providers.base import Provider
 from runtime.recovery import closers
 from runtime.replay import ReplaySource
 from runtime.run import Cancelled, DeltaSink, Notice, NoticeSink, Run, StepResult, TurnEnded
+from runtime.subagents import Subagents
 from runtime.tools import Toolbox
 from runtime.workspace import WorkspaceRecorder
 
@@ -147,6 +148,7 @@ class TurnRunner:
         on_delta: DeltaSink | None = None,
         on_notice: NoticeSink | None = None,
         approval_timeout_s: float | None = None,
+        subagents: Subagents | None = None,
     ) -> None:
         self.log = log
         self.sid = session_id
@@ -169,6 +171,7 @@ class TurnRunner:
             notice=self._notice,
             files=self.files,
             on_delta=on_delta,
+            subagents=subagents,
         )
         self.turn_start_seq = 0
 

@@ -19,6 +19,8 @@ the call each phrase makes where the request offers Pi's tools (the default):
     run COMMAND           bash   {"command": COMMAND}; COMMAND is the rest of the message
     edit PATH: OLD => NEW edit   {"path": PATH, "edits": [{"oldText": OLD, "newText": NEW}]};
                                  OLD and NEW as TEXT, on one line
+    delegate: TEXT        task   {"prompt": TEXT}; TEXT is the rest of the message, the
+                                 subagent's own message (`runtime.subagents`)
 
 Where the request offers Strand's older tools instead (sessions made with them), `read`,
 `list files`, `write` and `search for` call `read_file`, `list_files`, `write_file` and the
@@ -70,7 +72,8 @@ from runtime.providers.base import (
 DEFAULT_CHUNK_DELAY_MS = 15
 
 _REQUEST = re.compile(
-    r"(?P<run>\brun\s+(?P<cmd>\S[\s\S]*))"
+    r"(?P<delegate>\bdelegate\s*:\s*(?P<dtext>\S[\s\S]*))"
+    r"|(?P<run>\brun\s+(?P<cmd>\S[\s\S]*))"
     r"|(?P<edit>\bedit\s+(?P<epath>[^\s:]+)\s*:\s?(?P<eold>[^\n]*?)\s?=>\s?(?P<enew>[^\n]*))"
     r"|(?P<write>\bwrite\s+(?P<wpath>[^\s:]+)\s*:\s?(?P<wtext>[^\n]*))"
     r"|(?P<read>\bread\s+(?P<rpath>[^\s]+))"
@@ -91,7 +94,9 @@ def parse_requests(text: str) -> list[Request]:
     """The tool requests in a user message, in order (see the module doc)."""
     requests: list[Request] = []
     for match in _REQUEST.finditer(text):
-        if match["run"]:
+        if match["delegate"]:
+            requests.append(Request("task", {"prompt": match["dtext"].strip()}))
+        elif match["run"]:
             requests.append(Request("bash", {"command": match["cmd"].strip()}))
         elif match["edit"]:
             old, new = (match[g].replace("\\n", "\n") for g in ("eold", "enew"))
@@ -267,7 +272,13 @@ def _text(content: Any) -> str:
 
 
 def _brief(arguments: Mapping[str, Any]) -> str:
-    value = arguments.get("path") or arguments.get("pattern") or arguments.get("command") or ""
+    value = (
+        arguments.get("path")
+        or arguments.get("pattern")
+        or arguments.get("command")
+        or arguments.get("prompt")
+        or ""
+    )
     return _clip(str(value), 80)
 
 

@@ -27,6 +27,11 @@ _UNKNOWN_TEXT = (
     "and what it did, is unknown."
 )
 _NOT_STARTED_TEXT = "The process running this turn stopped before this tool call was started."
+# A `task` call whose child session had started (`runtime.subagents`).
+_CHILD_TEXT = (
+    "The process running this subagent stopped; its child session {child} is closed by "
+    "recovery as interrupted, and what it did before is in that session."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,7 @@ def closers(turn: int, events: Sequence[EventRecord]) -> Closing:
     calls: list[tuple[Mapping[str, Any], int | None]] = []  # (toolCall block, step)
     answered: set[str] = set()
     dispatched: set[str] = set()
+    children: dict[str, str] = {}  # call id → the child session a `task` call started
     open_step: int | None = None
     last_entry: str | None = None
     for event in sorted(events, key=lambda e: e.seq):
@@ -60,6 +66,8 @@ def closers(turn: int, events: Sequence[EventRecord]) -> Closing:
             open_step = None
         elif event.type == "tool/call":
             dispatched.add(str(event.data.get("call_id")))
+        elif event.type == "subagent/started":
+            children[str(event.data.get("call_id"))] = str(event.data.get("child_session"))
         elif event.type == "assistant/message":
             for call in tool_calls_in(_message(event)):
                 calls.append((call, event.step))
@@ -76,12 +84,10 @@ def closers(turn: int, events: Sequence[EventRecord]) -> Closing:
         code = OUTCOME_UNKNOWN if ran else NOT_STARTED
         unknown += ran
         not_started += not ran
-        message = tool_result_message(
-            call_id,
-            str(call.get("name") or ""),
-            _UNKNOWN_TEXT if ran else _NOT_STARTED_TEXT,
-            is_error=True,
-        )
+        text = _UNKNOWN_TEXT if ran else _NOT_STARTED_TEXT
+        if ran and call_id in children:
+            text = _CHILD_TEXT.format(child=children[call_id])
+        message = tool_result_message(call_id, str(call.get("name") or ""), text, is_error=True)
         # The first result hangs under the turn's last entry; each next one under the
         # result before it (the leaf the store moved there), as live results do.
         entry = (

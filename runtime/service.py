@@ -48,6 +48,7 @@ from runtime.replay import (
     replay_tool_names,
 )
 from runtime.run import DeltaSink, NoticeSink, Run, TurnEnded
+from runtime.subagents import Children, Subagents
 from runtime.tools import Toolbox
 from runtime.workspace import WorkspaceRecorder
 
@@ -129,8 +130,11 @@ class Runtime:
         toolbox_factory: ToolboxFactory = default_toolbox,
         busy_wait_s: float = 3.0,
         approval_timeout_s: float | None = None,
+        children: Children | None = None,
     ) -> None:
         self.log = log
+        # `task` calls run child sessions when the store can make them.
+        self.subagents = Subagents(self, children) if children is not None else None
         # How long a turn waits for an approval decision before it ends (None: forever).
         self.approval_timeout_s = approval_timeout_s
         self.provider_factory: ProviderFactory = provider_factory or make_provider
@@ -268,6 +272,7 @@ class Runtime:
                 on_delta=on_delta,
                 on_notice=on_notice,
                 approval_timeout_s=self.approval_timeout_s,
+                subagents=self.subagents,
             )
 
         return runner

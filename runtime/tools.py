@@ -917,7 +917,7 @@ class Toolbox:
         timeout_s: float = 30.0,
         quota: WorkspaceQuota = WorkspaceQuota(),
     ) -> Toolbox:
-        from runtime import pi_tools, sandbox
+        from runtime import pi_tools, sandbox, subagents
 
         # A preset of the older names (read_file, list_files, write_file) keeps their grep
         # (literal by default, `regex`/`ignore_case`); Pi's grep reads a regex by default.
@@ -925,7 +925,7 @@ class Toolbox:
         chosen: dict[str, Tool] = {}
         for name in names:
             tool = BUILTIN_TOOLS.get(name) if older or name != "grep" else None
-            tool = tool or pi_tools.PI_TOOLS.get(name)
+            tool = tool or pi_tools.PI_TOOLS.get(name) or subagents.SUBAGENT_TOOLS.get(name)
             if tool is None or (name == "bash" and not sandbox.available()):
                 continue  # no sandbox, no bash: a command never runs unconfined
             chosen[name] = tool

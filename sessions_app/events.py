@@ -56,10 +56,13 @@ class SessionCreated(EventData):
     title: str = ""
     cwd: str = ""
     preset: JSON = Field(default_factory=dict)
-    source: Literal["new", "fork", "import:pi"] = "new"
+    source: Literal["new", "fork", "import:pi", "subagent"] = "new"
     parent_session: str | None = None
     fork_point: str | None = None
     pi_header: JSON | None = None
+    # A child session started by a parent's `task` call (see "subagents" below).
+    origin: Literal["subagent"] | None = None
+    delegation_depth: int = Field(default=0, ge=0)
 
 
 class SessionRenamed(EventData):
@@ -372,6 +375,36 @@ class InboxClaimed(EventData):
     outcome: Literal["delivered", "discarded"] = "delivered"
 
 
+# --- subagents ----------------------------------------------------------------------------
+# A parent's `task` call starts a child session (`session/created` with origin "subagent"):
+# the parent records which child its call started, the child what it was started for.
+
+
+class SubagentStarted(EventData):
+    """In the parent, inside the step of the `task` call: the child session it started."""
+
+    type = "subagent/started"
+    call_id: str = Field(max_length=200)
+    child_session: str = Field(max_length=64)
+    prompt: str = ""
+    tools: list[str] = Field(default_factory=list)
+    delegation_depth: int = Field(default=1, ge=1)
+
+
+class SubagentDescriptor(EventData):
+    """In the child, once, before its first turn: who started it and with what."""
+
+    type = "subagent/descriptor"
+    parent_session: str = Field(max_length=64)
+    parent_call_id: str = Field(max_length=200)
+    parent_turn: int | None = None
+    fork_point: str | None = Field(default=None, max_length=ENTRY_KEY_MAX)
+    prompt: str = ""
+    preset_name: str = ""
+    tools: list[str] = Field(default_factory=list)
+    delegation_depth: int = Field(default=1, ge=1)
+
+
 # --- the workspace -----------------------------------------------------------------------
 
 SHA256 = r"^[0-9a-f]{64}$"
@@ -478,6 +511,8 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         InboxQueued,
         InboxClaimed,
         WorkspaceSnapshot,
+        SubagentStarted,
+        SubagentDescriptor,
     )
 }
 

@@ -29,6 +29,10 @@ class Session(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
     fork_point = models.CharField(max_length=64, blank=True, default="")
+    # "subagent" for a child session a parent's `task` call started (its parent is
+    # `parent`, and `delegation_depth` counts the parents above it); "" otherwise.
+    origin = models.CharField(max_length=16, blank=True, default="")
+    delegation_depth = models.PositiveSmallIntegerField(default=0)
     # Seq of the newest event, -1 when the log is empty. Its row is the append lock.
     last_seq = models.BigIntegerField(default=-1)
     leaf_entry_id = models.CharField(max_length=64, null=True, blank=True)
@@ -44,6 +48,13 @@ class Session(models.Model):
         ordering = ["-updated_at"]
         # No index on updated_at: every append updates it, and an indexed column would make
         # each of those updates write to every index of the table (no HOT update).
+        indexes = [
+            models.Index(
+                fields=["parent"],
+                name="session_subagent_parent",
+                condition=models.Q(origin="subagent"),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.title or f"Session {str(self.id)[:8]}"

@@ -87,6 +87,11 @@ DEFAULT_PRESET: dict[str, Any] = {
 # The offline model with Pi's tools, under the name imported Pi sessions are given.
 CODING_PRESET: dict[str, Any] = {**DEFAULT_PRESET, "name": CODING, "tools": PI_TOOL_NAMES}
 
+# The offline model with Pi's tools and `task`, which hands work to a subagent (a child
+# session, `runtime.subagents`); any preset may name `task` among its tools.
+DELEGATING = "delegating"
+DELEGATING_TOOL_NAMES = [*PI_TOOL_NAMES, "task"]
+
 
 class PresetNotFound(DomainError):
     code = "not_found"
@@ -104,6 +109,7 @@ def presets(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any
     found: dict[str, dict[str, Any]] = {
         OFFLINE: {**DEFAULT_PRESET, "tools": list(PI_TOOL_NAMES)},
         CODING: {**CODING_PRESET, "tools": list(PI_TOOL_NAMES)},
+        DELEGATING: {**DEFAULT_PRESET, "name": DELEGATING, "tools": list(DELEGATING_TOOL_NAMES)},
     }
     if env.get("STRAND_OPENAI_API_KEY") or env.get("STRAND_OPENAI_BASE_URL"):
         found["openai"] = {

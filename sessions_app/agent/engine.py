@@ -35,6 +35,7 @@ from django.db import connection, connections
 from runtime import Runtime
 from sessions_app import listen, pg, store
 from sessions_app.agent.admission import ProcessTurns
+from sessions_app.agent.children import PostgresChildren
 from sessions_app.agent.lock import ProcessLocks
 from sessions_app.agent.log import PostgresLog
 from sessions_app.turn_lock import turn_lock_key
@@ -60,7 +61,11 @@ class Engine:
         self.pool = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="strand-db")
         self.locks = ProcessLocks()
         self.turns = ProcessTurns()
-        self.runtime = Runtime(PostgresLog(self), approval_timeout_s=approval_timeout_s())
+        self.runtime = Runtime(
+            PostgresLog(self),
+            approval_timeout_s=approval_timeout_s(),
+            children=PostgresChildren(self),
+        )
         self.latest: dict[str, int] = {}  # session → newest seq we heard of
         self.waiters: dict[str, set[asyncio.Event]] = {}
         self.listening = threading.Event()

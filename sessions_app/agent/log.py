@@ -12,6 +12,7 @@ from runtime import NotFound
 from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
 from sessions_app import presets, store, workspaces
 from sessions_app.agent.admission import PlaceHolder, TurnPlace
+from sessions_app.agent.children import child_tools_for_turn
 from sessions_app.agent.lock import PgTurnLock
 from sessions_app.selectors import context, events, workspace
 from sessions_app.selectors import runtime as reads
@@ -56,7 +57,7 @@ def _setup(session_id: str) -> SessionSetup:
     session = reads.session_for_turn(session_id)
     if session is None:
         raise NotFound(f"no session {session_id}")
-    preset = presets.preset_for_turn(session.preset)
+    preset = child_tools_for_turn(session, presets.preset_for_turn(session.preset))
     cwd = workspaces.cwd_for_turn(session.owner, session.cwd)
     return SessionSetup(preset, cwd, workspaces.run_limits(session.owner, cwd))
 

@@ -21,6 +21,7 @@ from sessions_app.models import Session
 from sessions_app.selectors.ceilings import whole_read_bytes
 from sessions_app.selectors.entries import entry_exists, path_window
 from sessions_app.selectors.events import events_of_turns, events_outside_turns
+from sessions_app.selectors.subagents import subagent_spans
 from sessions_app.selectors.turns import (
     all_turns,
     branch_turns,
@@ -129,8 +130,11 @@ def trace_window(
         older = window.turns[0]  # more turns lie further up the path
     events = events_of_turns(session.id, window.turns)
     outside = _outside_turns(session, leaf, events, first=older is None, before=before)
+    nested = subagent_spans(session, events)
     return TraceWindow(
-        trace=project_trace(events, outside=outside) if events or outside else None,
+        trace=project_trace(events, outside=outside, subagents=nested)
+        if events or outside
+        else None,
         turns=window.turns,
         older=older,
         turn_count=len(numbers),
@@ -190,7 +194,8 @@ def selected_span(
     if turn is None:
         return None
     events = events_of_turns(session.id, [turn])
-    for row in project_trace(events).rows if events else ():
+    nested = subagent_spans(session, events)
+    for row in project_trace(events, subagents=nested).rows if events else ():
         if row.span.key == key:
             return row.span
     return None

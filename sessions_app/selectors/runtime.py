@@ -28,7 +28,7 @@ def session_for_turn(session_id: SessionId) -> Session | None:
     return (
         Session.objects.filter(id=session_id)
         .select_related("owner")
-        .only("preset", "cwd", "owner")
+        .only("preset", "cwd", "owner", "origin")
         .first()
     )
 

@@ -47,12 +47,42 @@ def tool_call_diff(
         None,
     )
     if found is None:
-        return None
+        return _child_of_call_diff(session, call_id, limits)
     snapshot = snapshot_of(found)
     path = [e.id for e in store.path_to_root(session.id, snapshot.at)] if snapshot.at else []
     earlier = [snapshot_of(e) for e in events if e.seq < found.seq]
     before = fold_workspace(path, earlier)
     return workspace_diff_between(session, before, apply(before, snapshot), limits)
+
+
+def child_workspace_diff(child: Session, limits: DiffLimits = LIMITS) -> WorkspaceDiff | None:
+    """What a subagent's child changed in its copy of its parent's files: its root (the
+    `fork` snapshot there) against its current leaf. None when it has no folder."""
+    if not child.cwd:
+        return None
+    before = workspace_at(child.id, None) or {}
+    after = workspace_at(child.id, child.leaf_entry_id) or {}
+    return workspace_diff_between(child, before, after, limits)
+
+
+def _child_of_call_diff(session: Session, call_id: str, limits: DiffLimits) -> WorkspaceDiff | None:
+    """A `task` call's changes: those its child session made in its copy (None when the
+    call started no child, or the child changed nothing)."""
+    started = next(
+        (
+            e
+            for e in events_of_types(session.id, ("subagent/started",))
+            if str(e.data.get("call_id") or "") == call_id
+        ),
+        None,
+    )
+    if started is None:
+        return None
+    child = Session.objects.filter(
+        id=str(started.data.get("child_session")), parent=session, origin="subagent"
+    ).first()
+    diff = child_workspace_diff(child, limits) if child is not None else None
+    return diff if diff is not None and not diff.empty else None
 
 
 def tool_calls_changing_files(session: Session, call_ids: Iterable[str]) -> dict[str, int]:

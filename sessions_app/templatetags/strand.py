@@ -482,3 +482,16 @@ def bash_run(details: Any) -> dict[str, Any]:
         if isinstance(value, int | float | str) and not isinstance(value, bool):
             shown[key] = value
     return shown
+
+
+@register.filter
+def child_session_of(details: Any) -> str | None:
+    """The child session a `task` call's result names (`runtime.subagents`), when it is a
+    session id: a result read from an imported file may hold anything there."""
+    import uuid
+
+    value = details.get("child_session") if isinstance(details, Mapping) else None
+    try:
+        return str(uuid.UUID(str(value))) if value else None
+    except ValueError:
+        return None

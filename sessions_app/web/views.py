@@ -41,6 +41,11 @@ from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.models import Session
 from sessions_app.selectors import tree as tree_reads
 from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
+from sessions_app.selectors.subagents import (
+    subagent_calls,
+    subagent_children,
+    subagent_lineage,
+)
 from sessions_app.selectors.workspace_diffs import (
     branches_diff,
     tool_call_diff,
@@ -221,6 +226,8 @@ def _base_context(request: HttpRequest, session: Session, query: PageQuery) -> d
         "views": VIEWS,
         "can_write": access.can_change(request.user, session),
         "is_owner": session.owner_id == request.user.pk,
+        # A subagent's child: the sessions above it, for the breadcrumbs.
+        "lineage": [s for s in subagent_lineage(session) if access.can_see(request.user, s)],
     }
 
 
@@ -651,6 +658,7 @@ def _tree_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
     window = selectors.tree_window(session, leaf, focus=query.entry, whole=query.tree)
     part: dict[str, Any] = {
         "tree": window.tree,
+        "subagents": subagent_children(session),
         "tree_rows": window.rows,
         "tree_above": window.above,
         "tree_below": window.below,
@@ -692,6 +700,7 @@ def _chat_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str
     window = selectors.chat_window(session, leaf, entry=query.entry, everything=query.all)
     return {
         "chat": window.chat,
+        "subagent_calls": subagent_calls(session),
         "items": window.chat.items,
         "hidden_items": window.above,
         # Where the window above ends, when even "everything" stopped at its ceiling.

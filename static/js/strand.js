@@ -333,9 +333,26 @@
   // once recorded, replaces it with the head and tail the server kept).
   var TOOL_OUTPUT_KEEP = 64 * 1024;
 
+  var subagentRedrawnAt = 0;
+  var subagentTimer = null;
+
   function onToolOutput(delta) {
     var id = String(delta.block || "");
     if (!id) return;
+    if (delta.name === "task") {
+      // A subagent moved on (it wrote, or a turn or an approval of its began): its spans,
+      // hung under the call in the trace, are redrawn at most once a second, and once
+      // after the last such news.
+      if (!subagentTimer) {
+        var wait = Math.max(0, 1000 - (Date.now() - subagentRedrawnAt));
+        subagentTimer = window.setTimeout(function () {
+          subagentTimer = null;
+          subagentRedrawnAt = Date.now();
+          scheduleRefresh();
+        }, wait);
+      }
+      if (!delta.text) return;
+    }
     live.toolOutputPieces += 1;
     var text = (live.toolOutput[id] || "") + String(delta.text || "");
     if (text.length > TOOL_OUTPUT_KEEP) text = "[…]\n" + text.slice(text.length - TOOL_OUTPUT_KEEP);

@@ -36,7 +36,8 @@ def test_session_new_with_a_preset_from_the_environment(monkeypatch, capsys, tmp
     assert session.preset["model"] == "qwen" and session.preset["tools"]  # defaults filled in
     assert session.cwd == str(folder)
     with pytest.raises(
-        CommandError, match="no preset named 'nope' \\(available: coding, local, offline\\)"
+        CommandError,
+        match="no preset named 'nope' \\(available: coding, delegating, local, offline\\)",
     ):
         call_command("session_new", "--preset", "nope")
     # The command follows the API's rule: no folder outside the owner's own.
@@ -80,7 +81,7 @@ def test_presets_from_the_environment():
         "STRAND_ANTHROPIC_API_KEY": "sk-ant",
     }
     found = presets(env)
-    assert sorted(found) == ["anthropic", "coding", "offline", "openai"]
+    assert sorted(found) == ["anthropic", "coding", "delegating", "offline", "openai"]
     assert found["openai"] == {
         "provider": "openai",
         "model": "deepseek-chat",
@@ -94,5 +95,5 @@ def test_presets_from_the_environment():
         presets({"STRAND_PRESETS": json.dumps({"x": {"provider": "openai", "api_key": "sk"}})})
     with pytest.raises(DomainError, match="not valid JSON"):
         presets({"STRAND_PRESETS": "{"})
-    assert list(presets({})) == ["offline", "coding"]
+    assert list(presets({})) == ["offline", "coding", "delegating"]
     assert os.environ.get("STRAND_PRESETS") is None

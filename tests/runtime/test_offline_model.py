@@ -37,6 +37,17 @@ from runtime.providers.base import Assembler, ProviderError
                 ("write_file", {"path": "y.txt", "content": "done"}),
             ],
         ),
+        (
+            "delegate: write hello.txt: hi\nthen read it",
+            [("task", {"prompt": "write hello.txt: hi\nthen read it"})],
+        ),
+        (
+            "read a.txt, then delegate:  list files",
+            [
+                ("read_file", {"path": "a.txt"}),
+                ("task", {"prompt": "list files"}),
+            ],
+        ),
         ("what is the weather like?", []),
         ("thread safety", []),
     ],

@@ -58,6 +58,13 @@ SAMPLES = {
         "files": {"notes.txt": {"sha256": "a" * 64, "size": 3, "mode": 0o644}},
         "deleted": ["old.txt"],
     },
+    "subagent/started": {"call_id": "c1", "child_session": "s2", "prompt": "p", "tools": ["read"]},
+    "subagent/descriptor": {
+        "parent_session": "s1",
+        "parent_call_id": "c1",
+        "prompt": "p",
+        "delegation_depth": 1,
+    },
 }
 
 
