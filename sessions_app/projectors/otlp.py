@@ -117,10 +117,10 @@ class OtlpProjector:
 def _agents(session_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT id, preset FROM sessions_app_session WHERE id = ANY(%s)",
+            "SELECT id, preset ->> 'name' FROM sessions_app_session WHERE id = ANY(%s)",
             [[str(sid) for sid in session_ids]],
         )
-        return {sid: agent_name(preset) for sid, preset in cur.fetchall()}
+        return {sid: agent_name({"name": name}) for sid, name in cur.fetchall()}
 
 
 # --- the push ------------------------------------------------------------------------------
