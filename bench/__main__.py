@@ -18,6 +18,7 @@ def main(argv: list[str]) -> int:
         entry_search,
         langgraph,
         live,
+        otlp,
         pages,
         pi,
         projector,
@@ -41,6 +42,7 @@ def main(argv: list[str]) -> int:
         "search": search.run,
         "entry_search": entry_search.run,
         "projector": projector.run,
+        "otlp": otlp.run,
         "usage": usage.run,
         "workspace": workspace.run,
     }
