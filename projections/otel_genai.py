@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from projections.context import SessionContext, to_provider_messages
 from projections.faults import fault_view
 from projections.records import EventRecord
-from projections.request import RequestView
 from projections.trace import TraceSpan
 
 # --- the conventions, pinned ----------------------------------------------------------------
@@ -137,7 +137,6 @@ STRAND_REPLAY_PRESET: Final = "strand.replay.preset"
 STRAND_REQUEST_ATTEMPT: Final = "strand.request.attempt"
 STRAND_REQUEST_HEADER_REASON: Final = "strand.request.header_reason"
 STRAND_REQUEST_PAYLOAD_SHA256: Final = "strand.request.payload_sha256"
-STRAND_REQUEST_PAYLOAD_MATCHES: Final = "strand.request.payload_matches"
 STRAND_REQUEST_LEAF: Final = "strand.request.leaf_entry_id"
 STRAND_RESPONSE_ENTRY: Final = "strand.response.entry_id"
 STRAND_RESPONSE_DURATION_MS: Final = "strand.response.duration_ms"
@@ -169,17 +168,49 @@ Span = dict[str, Any]  # one OTLP/JSON span
 
 
 @dataclass(frozen=True, slots=True)
+class RequestInput:
+    """The input of one model request, as its payload was built: its `request/header`
+    (provider kind, model, parameters, system prompt, tool schemas) and the messages of
+    its leaf's context at the provider boundary (`projections.context`)."""
+
+    header: Mapping[str, Any]
+    messages: Sequence[Mapping[str, Any]]
+    compaction_entry_id: str | None  # the compaction the context starts from, if any
+
+    @classmethod
+    def of(cls, header: Mapping[str, Any], context: SessionContext) -> RequestInput:
+        sources = context.sources or (None,) * len(context.messages)
+        compaction = next(
+            (
+                source.entry_id if source is not None else ""
+                for message, source in zip(context.messages, sources, strict=True)
+                if message.get("role") == "compactionSummary"
+            ),
+            None,
+        )
+        return cls(header, tuple(to_provider_messages(context.messages)), compaction)
+
+    @property
+    def provider(self) -> str:
+        return str(self.header.get("provider") or "")
+
+    @property
+    def model(self) -> str:
+        return str(self.header.get("model") or "")
+
+
+@dataclass(frozen=True, slots=True)
 class TurnFacts:
     """What the spans of one finished turn are made of: its trace span
-    (`projections.trace`), its events by seq, and each of its requests rebuilt
-    (`projections.request`, by the seq of the `request/sent`; missing when it could not
-    be)."""
+    (`projections.trace`), its events by seq (and the headers its requests name), and the
+    input of each of its requests (by the seq of the `request/sent`; missing when it could
+    not be read)."""
 
     session_id: str
     agent: str
     span: TraceSpan
     events: Mapping[int, EventRecord]
-    requests: Mapping[int, RequestView]
+    requests: Mapping[int, RequestInput]
 
 
 def is_finished(span: TraceSpan) -> bool:
@@ -317,36 +348,35 @@ class _Builder:
             attrs.update(_usage_attributes(span.usage, message.get("usage")))
         if span.ttft_ms is not None:
             attrs[GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = span.ttft_ms / 1000
-        if view is not None:
-            attrs.update(_request_parameters(view))
-            attrs[STRAND_REQUEST_PAYLOAD_MATCHES] = view.matches
-            attrs[STRAND_REQUEST_HEADER_REASON] = view.header_reason
-            header = self.facts.events.get(view.header_seq)
-            if view.header_reason == "replay" and header is not None:
-                attrs[STRAND_REPLAY_OF] = header.data.get("replay_of")
-                attrs[STRAND_REPLAY_PRESET] = header.data.get("replay_preset")
-            compaction = _context_compaction(view)
-            if compaction is not None:
-                attrs[STRAND_CONTEXT_COMPACTED] = True
-                attrs[STRAND_CONTEXT_COMPACTION] = compaction
         content: dict[str, Any] = {}
         if view is not None:
-            if view.system_prompt:
+            header = view.header
+            attrs.update(_request_parameters(header.get("params")))
+            attrs[STRAND_REQUEST_HEADER_REASON] = header.get("reason")
+            if header.get("reason") == "replay":
+                attrs[STRAND_REPLAY_OF] = header.get("replay_of")
+                attrs[STRAND_REPLAY_PRESET] = header.get("replay_preset")
+            if view.compaction_entry_id is not None:
+                attrs[STRAND_CONTEXT_COMPACTED] = True
+                attrs[STRAND_CONTEXT_COMPACTION] = view.compaction_entry_id
+            system_prompt = str(header.get("system_prompt") or "")
+            if system_prompt:
                 content[GEN_AI_SYSTEM_INSTRUCTIONS] = [
-                    {"type": PART_TEXT, "content": view.system_prompt}
+                    {"type": PART_TEXT, "content": system_prompt}
                 ]
             content[GEN_AI_INPUT_MESSAGES] = [
-                m for m in (input_message(pm) for pm in view.provider_messages) if m
+                m for m in (input_message(pm) for pm in view.messages) if m
             ]
-            if view.tools:
+            tools = [t for t in header.get("tools") or () if isinstance(t, Mapping)]
+            if tools:
                 content[GEN_AI_TOOL_DEFINITIONS] = [
                     {
                         "type": "function",
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
+                        "name": str(tool.get("name") or ""),
+                        "description": str(tool.get("description") or ""),
+                        "parameters": tool.get("parameters") or {},
                     }
-                    for tool in view.tools
+                    for tool in tools
                 ]
         if response is not None:
             content[GEN_AI_OUTPUT_MESSAGES] = [output_message(message)]
@@ -497,8 +527,8 @@ def _usage_attributes(usage: Any, raw: Any = None) -> dict[str, Any]:
     return out
 
 
-def _request_parameters(view: RequestView) -> dict[str, Any]:
-    params = view.params
+def _request_parameters(params: Any) -> dict[str, Any]:
+    params = params if isinstance(params, Mapping) else {}
     out: dict[str, Any] = {}
     for key, name in (
         ("temperature", GEN_AI_REQUEST_TEMPERATURE),
@@ -509,14 +539,6 @@ def _request_parameters(view: RequestView) -> dict[str, Any]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = value
     return out
-
-
-def _context_compaction(view: RequestView) -> str | None:
-    """The compaction entry the request's context starts from, if it does."""
-    for message in view.messages:
-        if message.role == "compactionSummary":
-            return message.entry_id or ""
-    return None
 
 
 # --- messages ----------------------------------------------------------------------------
@@ -592,7 +614,9 @@ def _text_of(content: Any) -> str:
         return content
     blocks = content if isinstance(content, Sequence) else ()
     return "\n".join(
-        str(b.get("text") or "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text"
+        str(b.get("text") or "")
+        for b in blocks
+        if isinstance(b, Mapping) and b.get("type") == "text"
     )
 
 

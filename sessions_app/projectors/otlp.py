@@ -199,9 +199,12 @@ def _post(body: bytes) -> None:
             answer.read(64 * 1024)
     except urllib.error.HTTPError as exc:
         if exc.code in _REFUSED_FOR_GOOD:
-            log.error("the OTLP collector refused %d bytes of spans (HTTP %d): skipped", len(body), exc.code)
+            log.error(
+                "the OTLP collector refused %d bytes of spans (HTTP %d): skipped",
+                len(body),
+                exc.code,
+            )
             return
         raise PushFailed(f"HTTP {exc.code}") from None
     except (OSError, ValueError) as exc:  # refused, reset, timed out, a bad URL
         raise PushFailed(str(exc) or type(exc).__name__) from None
-

@@ -112,7 +112,13 @@ def every_turn_request_and_tool_call_has_its_facts(as_alice: Api, session: Sessi
         assert int(chat["startTimeUnixNano"]) == g.unix_nanos(start.time)
         assert chat["name"] == f"chat {attrs[g.GEN_AI_REQUEST_MODEL]}"
         assert attrs[g.GEN_AI_PROVIDER_NAME] == "strand.offline"
-        assert attrs[g.STRAND_REQUEST_PAYLOAD_MATCHES] is True
+        # Its input is the context view's rebuilt request (which matches the recorded hash).
+        view = body_of(as_alice.get(f"/sessions/{session.id}/views/requests/{start.seq}"))
+        assert view["matches"] is True
+        assert json.loads(attrs[g.GEN_AI_INPUT_MESSAGES]) == [
+            g.input_message(m) for m in view["provider_messages"]
+        ]
+        assert attrs[g.STRAND_REQUEST_PAYLOAD_SHA256] == view["recorded_sha256"]
         reply_entry = attrs.get(g.STRAND_RESPONSE_ENTRY)
         if reply_entry is None:
             continue  # an attempt that failed and was tried again

@@ -69,8 +69,7 @@ def test_the_pushed_spans_read_back_from_phoenix_hold_the_session(
     spans = received(phoenix_server, session, len(exported))
     # The same spans as the file: ids, parents, names, times.
     assert {
-        (s["context"]["span_id"], s["parent_id"], s["name"], nanos(s["start_time"]))
-        for s in spans
+        (s["context"]["span_id"], s["parent_id"], s["name"], nanos(s["start_time"])) for s in spans
     } == {
         (s["spanId"], s.get("parentSpanId"), s["name"], int(s["startTimeUnixNano"]))
         for s in exported
