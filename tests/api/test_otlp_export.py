@@ -4,11 +4,14 @@ and replay; the same ids on every export; a branch; content left out; who may re
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from projections import otel_genai as g
 from projections.chat import Usage
@@ -47,6 +50,7 @@ def rich_session(api: Api, owner: Any, workspace: Path, serve_preset: Any) -> Se
     replay = api.post(f"{base}/requests/{first}/replay", {})
     assert replay.status_code == 202, replay.content
     wait_idle(session)
+    session.refresh_from_db()
     return session
 
 
@@ -80,6 +84,7 @@ def test_a_session_exports_as_genai_spans(
     a_second_export_gives_the_same_ids_and_a_branch_its_turns(as_alice, session)
     without_content_only_structure_timings_and_usage_go(as_alice, session)
     only_those_who_may_read_the_session_read_its_export(as_alice, as_bob, anonymous, alice, session)
+    the_session_page_links_to_it(as_alice, alice, session)
 
 
 def every_turn_request_and_tool_call_has_its_facts(as_alice: Api, session: Session) -> None:
@@ -266,3 +271,20 @@ def _user(text: str) -> Any:
     from tests.api.conftest import user_msg
 
     return user_msg(text)
+
+
+def the_session_page_links_to_it(as_alice: Api, alice: Any, session: Session) -> None:
+    """The page's export menu links to the file of the session and of the branch shown; a
+    signed-in browser follows them."""
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get(f"/sessions/{session.id}/").content.decode()
+    links = re.findall(r'href="([^"]*export\.otlp\.json[^"]*)"', page)
+    assert links == [
+        f"/api/sessions/{session.id}/export.otlp.json",
+        f"/api/sessions/{session.id}/export.otlp.json?leaf={session.leaf_entry_id}",
+    ]
+    for link, query in zip(links, ("", f"?leaf={session.leaf_entry_id}"), strict=True):
+        response = browser.get(html.unescape(link))
+        assert response.status_code == 200
+        assert spans_of(json.loads(content_of(response))) == exported(as_alice, session, query)
