@@ -7,7 +7,7 @@ search, usage and the export of every turn, as a server's projector does.
 
 One writer appends whole turns of 11 events (turn/start, the user's message, a step with a
 request answered by a tool call, the call and its result, a second request answered with
-text, step/end, turn/end: 3 spans a turn, the requests rebuilt from their header and kept
+text, step/end, turn/end: 4 spans a turn, the requests rebuilt from their header and kept
 window), round-robin over 20 sessions, paced to 1,000 events a second for DURATION_S.
 `projector_lag("otlp")` is read every half second. The figures: the writer's achieved rate,
 the median and maximum of the events not exported yet and of the age of the oldest of them,
@@ -66,12 +66,15 @@ class _Collector(BaseHTTPRequestHandler):
 
 
 def run(report: Report) -> None:
+    from django.conf import settings
+
     from sessions_app.projectors import project_pending
 
-    project_pending()  # what earlier suites wrote, so the projector starts level
     collector = ThreadingHTTPServer(("127.0.0.1", PORT), _Collector)
     threading.Thread(target=collector.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{PORT}/v1/traces"
+    settings.STRAND_OTLP_ENDPOINT = endpoint
+    project_pending()  # what earlier suites wrote, so the projector starts level
     projector = subprocess.Popen(
         [sys.executable, "manage.py", "project"],
         cwd=ROOT,
@@ -191,9 +194,11 @@ def _lag(report: Report) -> None:
             "otlp export",
             "spans the collector received",
             f"{len(received):,} ({len(set(received)):,} distinct)",
-            note=f"{total_turns:,} turns written, 3 spans each: {3 * total_turns:,}",
+            note=f"{total_turns:,} turns written, 4 spans each: {4 * total_turns:,}",
         ),
     )
+    for row in report.rows[-3:]:
+        print(f"  {row.name}: {row.value} ({row.note})", flush=True)
 
 
 def _turn(turn: int, text: str, header_seq: int, sha: str) -> list[Any]:
