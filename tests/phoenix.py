@@ -8,6 +8,7 @@ names one already running instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -166,7 +167,5 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         pass
     finally:
         for s in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass

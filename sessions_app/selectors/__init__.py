@@ -40,6 +40,7 @@ from sessions_app.selectors.events import (
     latest_event,
     log_stream,
 )
+from sessions_app.selectors.otel import otlp_export_chunks
 from sessions_app.selectors.pages import (
     CHAT_ENTRIES,
     ChatWindow,
@@ -49,7 +50,6 @@ from sessions_app.selectors.pages import (
     shown_leaf,
     trace_window,
 )
-from sessions_app.selectors.otel import otlp_export_chunks
 from sessions_app.selectors.replays import replay_group
 from sessions_app.selectors.requests import (
     CONTEXT_MESSAGES,
