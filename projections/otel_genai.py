@@ -364,9 +364,10 @@ class _Builder:
                 content[GEN_AI_SYSTEM_INSTRUCTIONS] = [
                     {"type": PART_TEXT, "content": system_prompt}
                 ]
-            content[GEN_AI_INPUT_MESSAGES] = [
-                m for m in (input_message(pm) for pm in view.messages) if m
-            ]
+            if self.capture:
+                messages = _within(view.messages, self.max_chars)
+                # Past the bound the messages are not even converted: left out, and named.
+                content[GEN_AI_INPUT_MESSAGES] = messages if messages is not None else _OVER
             tools = [t for t in header.get("tools") or () if isinstance(t, Mapping)]
             if tools:
                 content[GEN_AI_TOOL_DEFINITIONS] = [
@@ -390,7 +391,7 @@ class _Builder:
             kind=SPAN_KIND_CLIENT,
             span=span,
             attrs=attrs,
-            content={k: json.dumps(v, ensure_ascii=False, default=str) for k, v in content.items()},
+            content={k: _json(v) for k, v in content.items()} if self.capture else None,
             error_type=error_type,
         )
 
@@ -457,7 +458,7 @@ class _Builder:
         kind: int,
         span: TraceSpan,
         attrs: dict[str, Any],
-        content: Mapping[str, str] | None = None,
+        content: Mapping[str, str | None] | None = None,
         error_type: str | None = None,
     ) -> Span:
         # A span cut by a crash has no end of its own: it ends where its turn does.
@@ -468,7 +469,7 @@ class _Builder:
         omitted: list[str] = []
         if self.capture:
             for key, text in (content or {}).items():
-                if len(text) > self.max_chars:
+                if text is None or len(text) > self.max_chars:
                     omitted.append(key)
                 else:
                     attrs[key] = text
@@ -487,6 +488,37 @@ class _Builder:
         if parent is not None:
             out["parentSpanId"] = parent
         return out
+
+
+# Stands for a content value known to be over the bound before it is written out.
+_OVER: Final = object()
+
+
+def _json(value: Any) -> str | None:
+    """A content value as JSON text; None for one known to be over the bound."""
+    return None if value is _OVER else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _within(messages: Sequence[Mapping[str, Any]], max_chars: int) -> list[dict[str, Any]] | None:
+    """The messages as `{role, parts[]}`, or None as soon as their text alone is longer
+    than `max_chars` (the work stops there, whatever the context's length)."""
+    out: list[dict[str, Any]] = []
+    size = 0
+    for message in messages:
+        converted = input_message(message)
+        if converted is None:
+            continue
+        size += sum(_part_chars(part) for part in converted["parts"])
+        if size > max_chars:
+            return None
+        out.append(converted)
+    return out
+
+
+def _part_chars(part: Mapping[str, Any]) -> int:
+    text = part.get("content") or part.get("response") or ""
+    arguments = part.get("arguments")
+    return len(text) + (len(str(arguments)) if arguments is not None else 0)
 
 
 def _descendants(span: TraceSpan) -> Iterator[TraceSpan]:

@@ -40,12 +40,16 @@ def session_turn_spans(
     """The spans of each finished turn of `turns`, a turn at a time (a running one is left
     out: its spans go when it has ended)."""
     for turn in turns:
-        facts = turn_facts(session_id, turn, agent=agent)
+        facts = turn_facts(session_id, turn, agent=agent, with_messages=capture_content)
         if facts is not None:
             yield turn_spans(facts, capture_content=capture_content, max_chars=max_chars)
 
 
-def turn_facts(session_id: uuid.UUID | str, turn: int, *, agent: str) -> TurnFacts | None:
+def turn_facts(
+    session_id: uuid.UUID | str, turn: int, *, agent: str, with_messages: bool = True
+) -> TurnFacts | None:
+    """The facts of a finished turn (None for a running one); without messages, the
+    requests' contexts are not read (their input is only what their header says)."""
     events = store.events_of_turns(session_id, [turn])
     spans = [s for s in project_trace(events).spans if s.kind == "turn"]
     if not spans or not is_finished(spans[0]):
@@ -53,7 +57,7 @@ def turn_facts(session_id: uuid.UUID | str, turn: int, *, agent: str) -> TurnFac
     by_seq = {e.seq: e for e in events}
     sents = [e for e in events if e.type == "request/sent"]
     _add_headers(session_id, sents, by_seq)
-    inputs = request_inputs(StoredEntries(session_id), sents, by_seq)
+    inputs = request_inputs(StoredEntries(session_id), sents, by_seq, with_messages=with_messages)
     return TurnFacts(str(session_id), agent, spans[0], by_seq, inputs)
 
 
@@ -70,7 +74,11 @@ def _add_headers(
 
 
 def request_inputs(
-    reader: StoredEntries, sents: list[EventRecord], by_seq: Mapping[int, EventRecord]
+    reader: StoredEntries,
+    sents: list[EventRecord],
+    by_seq: Mapping[int, EventRecord],
+    *,
+    with_messages: bool = True,
 ) -> dict[int, RequestInput]:
     """The input of each request: its header and its leaf's context. The requests of a turn
     have their leaves on one path, so the kept window is read once for the deepest of those
@@ -82,6 +90,11 @@ def request_inputs(
             continue  # no header: the span goes without its input
         leaf = sent.data.get("leaf_entry_id")
         leaves.append((sent, header.data, reader.facts(leaf) if isinstance(leaf, str) else None))
+    if not with_messages:
+        return {
+            sent.seq: RequestInput(header, (), facts.compaction if facts else None)
+            for sent, header, facts in leaves
+        }
     wanted = {i for _, _, f in leaves if f for i in (f.compaction, f.thinking, f.model) if i}
     found = {e.id: e for e in reader.entries(sorted(wanted))} if wanted else {}
     paths: dict[str | None, tuple[int, list[EntryRecord], dict[str, int]]] = {}
