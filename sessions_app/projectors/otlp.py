@@ -19,24 +19,25 @@ malformed (400, 413, 415) would be refused forever: it is logged and skipped.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import logging
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
-from projections.otel_genai import Span, document
+from projections.otel_genai import SCHEMA_URL, SCOPE_NAME, Span, resource_attributes
 from projections.records import EventRecord
 from sessions_app.projectors.otel_spans import agent_name, session_turn_spans
 from sessions_app.projectors.pending import Deferred, PendingSession
@@ -142,33 +143,71 @@ def push(spans: Sequence[Span]) -> None:
 def bodies(spans: Iterable[Span]) -> Iterable[bytes]:
     """Serialised `ExportTraceServiceRequest`s holding `spans`, each under `PUSH_BYTES`
     (a span larger than that alone goes alone)."""
-    chunk: list[Span] = []
+    chunk: list[PbSpan] = []
     size = 0
     for span in spans:
-        message = to_protobuf([span])
+        message = pb_span(span)
         span_size = message.ByteSize()
         if chunk and size + span_size > PUSH_BYTES:
-            yield to_protobuf(chunk).SerializeToString()
+            yield _request(chunk).SerializeToString()
             chunk, size = [], 0
-        chunk.append(span)
+        chunk.append(message)
         size += span_size
     if chunk:
-        yield to_protobuf(chunk).SerializeToString()
+        yield _request(chunk).SerializeToString()
 
 
 def to_protobuf(spans: Sequence[Span]) -> ExportTraceServiceRequest:
-    """OTLP/JSON spans as the protocol's protobuf message: the same fields, but ids as bytes
-    (protobuf's JSON mapping reads bytes as base64, OTLP/JSON writes them as hex)."""
-    converted = [_bytes_ids(span) for span in spans]
-    return ParseDict(document(converted, scope_version=SCOPE_VERSION), ExportTraceServiceRequest())
+    """OTLP/JSON spans as the protocol's protobuf message (the same fields; ids as bytes)."""
+    return _request([pb_span(span) for span in spans])
 
 
-def _bytes_ids(span: Span) -> Span:
-    out = dict(span)
-    for key in ("traceId", "spanId", "parentSpanId"):
-        if key in out:
-            out[key] = base64.b64encode(bytes.fromhex(out[key])).decode()
-    return out
+def _request(spans: Sequence[PbSpan]) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add(schema_url=SCHEMA_URL)
+    for attribute in resource_attributes():
+        _set_value(
+            resource_spans.resource.attributes.add(key=attribute["key"]).value, attribute["value"]
+        )
+    scope_spans = resource_spans.scope_spans.add(schema_url=SCHEMA_URL)
+    scope_spans.scope.name = SCOPE_NAME
+    scope_spans.scope.version = SCOPE_VERSION
+    scope_spans.spans.extend(spans)
+    return request
+
+
+def pb_span(span: Span) -> PbSpan:
+    """One OTLP/JSON span as a protobuf `Span`, field by field."""
+    message = PbSpan(
+        trace_id=bytes.fromhex(span["traceId"]),
+        span_id=bytes.fromhex(span["spanId"]),
+        name=span["name"],
+        kind=span["kind"],
+        start_time_unix_nano=int(span["startTimeUnixNano"]),
+        end_time_unix_nano=int(span["endTimeUnixNano"]),
+    )
+    if "parentSpanId" in span:
+        message.parent_span_id = bytes.fromhex(span["parentSpanId"])
+    for attribute in span["attributes"]:
+        _set_value(message.attributes.add(key=attribute["key"]).value, attribute["value"])
+    message.status.code = span["status"]["code"]
+    if span["status"].get("message"):
+        message.status.message = span["status"]["message"]
+    return message
+
+
+def _set_value(target: AnyValue, value: Mapping[str, Any]) -> None:
+    if "stringValue" in value:
+        target.string_value = value["stringValue"]
+    elif "intValue" in value:
+        target.int_value = int(value["intValue"])
+    elif "doubleValue" in value:
+        target.double_value = value["doubleValue"]
+    elif "boolValue" in value:
+        target.bool_value = value["boolValue"]
+    elif "arrayValue" in value:
+        for item in value["arrayValue"]["values"]:
+            _set_value(target.array_value.values.add(), item)
 
 
 def headers() -> dict[str, str]:
