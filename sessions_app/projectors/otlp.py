@@ -225,7 +225,7 @@ def headers() -> dict[str, str]:
 def _post(body: bytes) -> None:
     request = urllib.request.Request(
         settings.STRAND_OTLP_ENDPOINT,
-        data=gzip.compress(body, compresslevel=5),
+        data=gzip.compress(body, compresslevel=1),
         method="POST",
         headers={
             **headers(),
