@@ -49,7 +49,25 @@ def nanos(iso: str) -> int:
     return g.unix_nanos(datetime.fromisoformat(iso))
 
 
-def test_the_pushed_spans_read_back_from_phoenix_hold_the_session(
+def test_phoenix_holds_the_pushed_sessions_each_span_once(
+    phoenix_server: Phoenix,
+    settings: Any,
+    as_alice: Api,
+    alice: Any,
+    workspace: Path,
+    serve_preset: Any,
+) -> None:
+    """One test, so that a run of the suite on several workers starts one Phoenix."""
+    the_pushed_spans_read_back_hold_the_session(
+        phoenix_server, settings, as_alice, alice, workspace, serve_preset
+    )
+    otlp.backoff.succeeded()
+    a_collector_down_for_a_while_receives_everything_once_when_back(
+        phoenix_server, settings, as_alice, alice, workspace
+    )
+
+
+def the_pushed_spans_read_back_hold_the_session(
     phoenix_server: Phoenix,
     settings: Any,
     as_alice: Api,
@@ -157,7 +175,7 @@ def test_the_pushed_spans_read_back_from_phoenix_hold_the_session(
     received(phoenix_server, session, len(exported))
 
 
-def test_a_collector_down_for_a_while_receives_everything_once_when_back(
+def a_collector_down_for_a_while_receives_everything_once_when_back(
     phoenix_server: Phoenix, settings: Any, as_alice: Api, alice: Any, workspace: Path
 ) -> None:
     from sessions_app import services
