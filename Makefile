@@ -13,7 +13,7 @@ PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 
-.PHONY: run test setup migrate demo lint typecheck pytest browser-deps pi16-deps haproxy-deps sandbox-deps bench cluster clean
+.PHONY: run test setup migrate demo lint typecheck pytest browser-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps bench cluster clean
 
 setup: $(STAMP) migrate
 
@@ -73,6 +73,18 @@ pi16-deps:
 		echo "Installing Pi 1.6 and Node 22 (npm) for the Pi 1.6 tests..."; \
 		npm ci --prefix $(PI16) --no-audit --no-fund --silent; fi
 
+# Arize Phoenix (PyPI), in an environment of its own, for the tests that read Strand's OTLP
+# export back from a real tracing backend (tests/interop): it runs offline on SQLite.
+PHOENIX_VENV := .strand/phoenix-venv
+PHOENIX_VERSION := 20.26.1
+phoenix-deps:
+	@if [ ! -f $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION) ]; then \
+		echo "Installing Arize Phoenix $(PHOENIX_VERSION) for the OTLP export tests..."; \
+		$(PYTHON) -m venv $(PHOENIX_VENV) && \
+		$(PHOENIX_VENV)/bin/pip install --quiet --disable-pip-version-check \
+			'arize-phoenix==$(PHOENIX_VERSION)' && \
+		touch $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION); fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -83,7 +95,7 @@ typecheck: $(STAMP)
 
 # The tests that need no browser run on every core (at most four workers, each with a test
 # database of its own); the browser tests after them, in one process.
-test: setup browser-deps pi16-deps haproxy-deps sandbox-deps lint typecheck
+test: setup browser-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps lint typecheck
 	$(BIN)/pytest -m "not browser" -q -n auto --maxprocesses 4
 	$(BIN)/pytest -m browser -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 

@@ -369,3 +369,20 @@ STRAND_WORKSPACE_MAX_WRITE_BYTES = int(
     os.environ.get("STRAND_WORKSPACE_MAX_WRITE_BYTES", str(1024 * 1024))
 )
 STRAND_WORKSPACE_MAX_DEPTH = int(os.environ.get("STRAND_WORKSPACE_MAX_DEPTH", "32"))
+
+# --- OpenTelemetry: sessions out as GenAI spans (sessions_app.projectors.otlp) -------------
+# STRAND_OTLP_ENDPOINT: an OTLP/HTTP traces URL (say http://127.0.0.1:6006/v1/traces); when
+# set, the projector pushes each finished turn's spans there (protobuf), batched, retried
+# with backoff while the collector is down. STRAND_OTLP_HEADERS: headers sent with each
+# push, `name=value` pairs separated by commas (OTEL_EXPORTER_OTLP_HEADERS's form).
+# STRAND_OTLP_CAPTURE_CONTENT=0 sends only structure, timings and usage: no prompts,
+# messages, tool definitions, arguments or results. A content attribute longer than
+# STRAND_OTLP_ATTRIBUTE_CHARS is left out (and named in `strand.content.omitted`).
+STRAND_OTLP_ENDPOINT = os.environ.get("STRAND_OTLP_ENDPOINT", "").strip()
+STRAND_OTLP_HEADERS = os.environ.get("STRAND_OTLP_HEADERS", "")
+STRAND_OTLP_CAPTURE_CONTENT = _env_bool("STRAND_OTLP_CAPTURE_CONTENT", True)
+STRAND_OTLP_ATTRIBUTE_CHARS = int(os.environ.get("STRAND_OTLP_ATTRIBUTE_CHARS", str(256 * 1024)))
+STRAND_OTLP_TIMEOUT_S = float(os.environ.get("STRAND_OTLP_TIMEOUT_S", "10"))
+# The wait after a failed push doubles from STRAND_OTLP_BACKOFF_S up to _MAX_S.
+STRAND_OTLP_BACKOFF_S = float(os.environ.get("STRAND_OTLP_BACKOFF_S", "1"))
+STRAND_OTLP_BACKOFF_MAX_S = float(os.environ.get("STRAND_OTLP_BACKOFF_MAX_S", "60"))

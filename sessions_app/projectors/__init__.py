@@ -1,5 +1,6 @@
-"""Asynchronous projections with a checkpoint (DESIGN §12): the search index and the usage
-rollups, kept off the append path.
+"""Asynchronous projections with a checkpoint (DESIGN §12): the search index, the usage
+rollups and, when `STRAND_OTLP_ENDPOINT` is set, the OTLP export of finished turns
+(`projectors.otlp`), kept off the append path.
 
 A projector reads committed events after its checkpoint, session by session and seq by seq,
 writes its output and moves its checkpoint in the same transaction: a crash (a killed

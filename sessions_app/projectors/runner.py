@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from projections.records import EventRecord
 from sessions_app import store
 from sessions_app.errors import DomainError
-from sessions_app.projectors.pending import PendingSession, Projector
+from sessions_app.projectors.pending import Deferred, PendingSession, Projector
 
 # The advisory lock (one key, session level) that the working projector of a database holds.
 LOCK_KEY = 0x5354_5244_5052_4A31 & 0x7FFF_FFFF_FFFF_FFFF  # "STRDPRJ1"
@@ -40,10 +40,14 @@ class Lag:
 
 
 def registered() -> list[Projector]:
+    from sessions_app.projectors import otlp
     from sessions_app.projectors.search import SearchProjector
     from sessions_app.projectors.usage import UsageProjector
 
-    return [SearchProjector(), UsageProjector()]
+    found: list[Projector] = [SearchProjector(), UsageProjector()]
+    if otlp.enabled():  # STRAND_OTLP_ENDPOINT is set
+        found.append(otlp.OtlpProjector())
+    return found
 
 
 # Called after a batch's output is written and again after its checkpoints are, before the
@@ -56,8 +60,12 @@ def project_pending(projectors: Sequence[Projector] | None = None) -> int:
     events read. The caller holds `LOCK_KEY` (or knows no other projector runs)."""
     total = 0
     for projector in projectors if projectors is not None else registered():
-        while True:
-            done = _project_batch(projector)
+        ready = getattr(projector, "ready", None)
+        while ready is None or ready():
+            try:
+                done = _project_batch(projector)
+            except Deferred:
+                break  # rolled back; tried again when it is ready
             total += done
             if not done:
                 break

@@ -13,7 +13,8 @@ Modules by what they read:
 - `requests`: a model request rebuilt exactly, the context view of a branch;
 - `replays`: the answers of a replay group side by side with the original one;
 - `turns`: turn numbers, and the state of the latest turn (`projections.turns` folds it);
-- `events`, `entries`: pages of the log, the whole log as a stream for exports.
+- `events`, `entries`: pages of the log, the whole log as a stream for exports;
+- `otel`: a session or a branch as OpenTelemetry GenAI spans (an OTLP/JSON file).
 
 Every window costs what it shows, not what the session holds. The public names are
 re-exported here: `selectors.chat_window(...)`.
@@ -39,6 +40,7 @@ from sessions_app.selectors.events import (
     latest_event,
     log_stream,
 )
+from sessions_app.selectors.otel import otlp_export_chunks
 from sessions_app.selectors.pages import (
     CHAT_ENTRIES,
     ChatWindow,
@@ -120,6 +122,7 @@ __all__ = [
     "next_context",
     "open_turn_approvals",
     "path_window",
+    "otlp_export_chunks",
     "replay_group",
     "request_context",
     "request_view",
