@@ -25,7 +25,9 @@ CONTEXT_RUNS = 30
 PI_DIR = ROOT / "tests" / "fixtures" / "pi"
 
 
-def generate(target: Path, size: int, seed: int = 7) -> None:
+def generate(target: Path, size: int, seed: int = 7, side_every: int = 500) -> None:
+    """A Pi v3 file of `size` entries (see the module's docstring); a side branch every
+    `side_every` entries."""
     rng = random.Random(seed)
     t0 = 1_767_225_600_000  # 2026-01-01
     lines = [
@@ -83,7 +85,7 @@ def generate(target: Path, size: int, seed: int = 7) -> None:
             )
             main_line.append(parent)
             continue
-        if n and n % 500 == 7:
+        if n and n % side_every == 7:
             side = add(
                 {"type": "message", "message": {"role": "user", "content": "a side question"}},
                 ids[-5],

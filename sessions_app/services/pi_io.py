@@ -7,6 +7,7 @@ pure (`projections.pi_file`); this module writes what they yield through the app
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -36,6 +37,7 @@ from sessions_app.events import EventError, event_type_for_entry
 from sessions_app.models import Event, Session
 from sessions_app.presets import CODING
 from sessions_app.store import NewEvent, StoreError
+from sessions_app.store.bulk import BulkAppend
 
 
 class PiImportError(DomainError):
@@ -110,6 +112,9 @@ def pi_import(
     return ImportResult(session=session, entries=written, warnings=warnings)
 
 
+# Entries written between two calls of an import's progress callback.
+PROGRESS_EVERY = 1000
+
 # An import this large changes the tables faster than autovacuum re-reads their statistics.
 ANALYZE_AFTER = 2_000
 
@@ -148,7 +153,7 @@ def _write_entries(
 
 
 class _EntryWriter:
-    """Appends entries in file order, in batches.
+    """Appends entries in file order, by COPY (`store.bulk`), each checked as it comes.
 
     Pi writes a parent before its children, but it reads any order: an entry whose parent
     comes later in the file waits here (with its own children) until the parent is written.
@@ -169,7 +174,7 @@ class _EntryWriter:
         self.in_file = in_file
         self.counted = counted
         self.progress = progress
-        self.seq = session.last_seq
+        self.bulk = BulkAppend(session.id, session.last_seq)
         self.written = 0
         self.seen: set[str] = set()  # every id read so far
         self.appended: set[str] = set()
@@ -179,8 +184,6 @@ class _EntryWriter:
         # chains up to an id not read yet. `_top` finds an entry's (with the chains made
         # shorter as it goes, so a file in any order costs near-linear time).
         self.above: dict[str, str] = {}
-        self.batch: list[NewEvent] = []
-        self.lines: list[int | None] = []  # the line each event of the batch comes from
 
     def add(self, entry: dict[str, Any], line_no: int) -> str:
         """Append (or hold back) the entry read from line `line_no`. An entry that cannot
@@ -227,19 +230,29 @@ class _EntryWriter:
         return top
 
     def _append(self, event: NewEvent, entry_id: str, line_no: int, *, orphan: bool) -> None:
-        pending = [(event, entry_id, line_no, orphan)]
+        pending = deque([(event, entry_id, line_no, orphan)])
         while pending:
-            current, current_id, current_line, is_orphan = pending.pop(0)
+            current, current_id, current_line, is_orphan = pending.popleft()
             if is_orphan:
                 current = NewEvent(current.type, {**current.data, "orphan": True})
-            self.batch.append(current)
-            self.lines.append(current_line)
+            self._write(current, current_line)
             self.appended.add(current_id)
             self.above.pop(current_id, None)
             waiting = self.waiting.pop(current_id, [])
             pending.extend((child, child_id, line, False) for child, child_id, line in waiting)
-            if len(self.batch) >= settings.STRAND_MAX_BATCH:
-                self._flush()
+
+    def _write(self, event: NewEvent, line_no: int) -> None:
+        try:
+            self.bulk.add(event)
+        except store.QuotaExceeded:
+            raise  # not the file's fault: the owner's storage is full (413, not 422)
+        except StoreError as exc:
+            entry = event.data.get("entry")
+            problem = _entry_problem(entry if isinstance(entry, dict) else {}, exc)
+            raise PiImportError(f"line {line_no}: {problem}") from None
+        self.written += 1
+        if self.progress is not None and self.written % PROGRESS_EVERY == 0:
+            self.progress(self.counted.bytes_read, self.written)
 
     def finish(self, last_id: str | None) -> None:
         # Whatever still waits hangs below a parent the file does not have (known only now
@@ -248,43 +261,15 @@ class _EntryWriter:
         for parent in [p for p in self.waiting if p not in self.seen]:
             for event, entry_id, line_no in self.waiting.pop(parent, []):
                 self._append(event, entry_id, line_no, orphan=True)
-        if self.batch:
-            self._flush()
-        if last_id is not None and self.session_leaf() != last_id:
-            self.batch.append(NewEvent("leaf/moved", {"to": last_id, "reason": "import"}))
-            self.lines.append(None)
-            self._flush()
-
-    def session_leaf(self) -> str | None:
-        self.session.refresh_from_db(fields=["leaf_entry_id"])
-        return self.session.leaf_entry_id
-
-    def _flush(self) -> None:
         try:
-            self.seq = store.append_events(self.session.id, self.seq, self.batch).last_seq
-        except store.QuotaExceeded:
-            raise  # not the file's fault: the owner's storage is full (413, not 422)
+            result = self.bulk.finish()
         except StoreError as exc:
-            raise self._culprit() or PiImportError(
-                f"near line {self.counted.line_no}: {exc}"
-            ) from None
-        self.written += sum(1 for e in self.batch if e.type != "leaf/moved")
-        self.batch, self.lines = [], []
+            raise PiImportError(f"near line {self.counted.line_no}: {exc}") from None
         if self.progress is not None:
             self.progress(self.counted.bytes_read, self.written)
-
-    def _culprit(self) -> PiImportError | None:
-        """The refused batch's first event the store refuses on its own, as an error that
-        names the line of its entry and what is wrong with it. (The batch is checked as a
-        whole on the way in; only a refused one is looked at event by event.)"""
-        for event, line_no in zip(self.batch, self.lines, strict=True):
-            try:
-                store.check_event(event)
-            except StoreError as exc:
-                entry = event.data.get("entry")
-                problem = _entry_problem(entry if isinstance(entry, dict) else {}, exc)
-                return PiImportError(f"line {line_no}: {problem}")
-        return None
+        if last_id is not None and result.leaf_entry_id != last_id:
+            move = NewEvent("leaf/moved", {"to": last_id, "reason": "import"})
+            store.append_events(self.session.id, result.last_seq, [move])
 
 
 def _entry_event(entry: dict[str, Any], line_no: int) -> NewEvent:
