@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -265,30 +264,23 @@ class _TooDeep(ValueError):
     pass
 
 
-# A run of digits that long may be an integer past 64 bits, which orjson reads as a float
-# where json keeps it exact; such a line is read by json.
-_LONG_NUMBER = re.compile(r"\d{19}")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-
-
 def _openings(text: str) -> int:
-    """The objects and arrays a JSON text opens outside its strings: never less than its
-    depth, so a text with few of them needs no walk of its value."""
-    bare = _STRING.sub("", text)
-    return bare.count("{") + bare.count("[")
+    """The brackets that open objects and arrays in a JSON text, or more (those in its
+    strings too): never less than its depth, so a line with few needs no walk of its value."""
+    return text.count("{") + text.count("[")
 
 
 def _loads(text: str) -> Any:
     """json.loads with JavaScript's JSON.parse limits (no NaN or Infinity), and numbers
     that stay finite.
 
-    orjson reads the common line (several times faster); json reads what orjson refuses or
-    would read otherwise, and says what is wrong with a line as it always has."""
-    if not _LONG_NUMBER.search(text):
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
+    orjson reads the line (several times faster; like JSON.parse, it reads an integer past
+    64 bits as a double); json reads what orjson refuses (a lone surrogate, which JSON.parse
+    takes, and the errors, which it names as it always has)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import IO, Any
@@ -68,8 +68,11 @@ def pi_import(
 ) -> ImportResult:
     """Import one Pi file (any version) as a new session: all of it, or nothing.
 
-    The file is read line by line and written in batches, so memory stays bounded whatever
-    its size. The current leaf ends on the last entry in file order, as when Pi opens it.
+    The file is read line by line and written by COPY as it is read (`store.bulk`), each
+    entry checked as the store checks it, so memory stays bounded whatever its size (a few
+    numbers per entry id, not the entries). The current leaf ends on the last entry in file
+    order, as when Pi opens it. `progress` is called every `PROGRESS_EVERY` entries and at
+    the end with the bytes read and the entries written.
 
     `cwd` is the new session's working directory, where its agent's tools may read and
     write: by default the owner's own folder; any other must lie in one of the owner's
@@ -77,6 +80,31 @@ def pi_import(
     machine that wrote it, and trusting it would let an uploaded file point the tools
     anywhere. The header is kept as it is for the export.
     """
+    steps = pi_import_steps(
+        source=source, owner=owner, name=name, cwd=cwd, strict=strict, on_warning=on_warning
+    )
+    while True:
+        try:
+            done = next(steps)
+        except StopIteration as finished:
+            return finished.value  # type: ignore[no-any-return]
+        if progress is not None:
+            progress(*done)
+
+
+def pi_import_steps(
+    *,
+    source: IO[bytes],
+    owner: User,
+    name: str = "",
+    cwd: str | None = None,
+    strict: bool = False,
+    on_warning: Callable[[PiWarning], None] | None = None,
+) -> Generator[tuple[int, int], None, ImportResult]:
+    """`pi_import` a step at a time: yields (bytes read, entries written) every
+    `PROGRESS_EVERY` entries and once at the end, and returns the result. Its transaction
+    stays open between steps (a caller that stops early, closing the generator, rolls it
+    back: nothing is written), so it is driven from one thread, as a streamed response is."""
     warnings: list[PiWarning] = []
 
     def warn(warning: PiWarning) -> None:
@@ -101,21 +129,25 @@ def pi_import(
                 # Pi's own tools: a Pi session continued here offers the names it used.
                 preset=CODING,
             )
-            written, title = _write_entries(session, items, counted, in_file, progress)
+            writer = _EntryWriter(session, counted, in_file)
+            title = yield from _write_entries(writer, items)
             if title and title != session.title:
                 services.session_rename(session=session, title=title)
     except PiFileError as exc:
         raise PiImportError(str(exc)) from None
-    if written >= ANALYZE_AFTER:
+    written = writer.written
+    if written >= ANALYZE_AFTER and store.statistics_outgrown(written):
         store.refresh_statistics()
     session.refresh_from_db()
+    yield counted.bytes_read, written
     return ImportResult(session=session, entries=written, warnings=warnings)
 
 
 # Entries written between two calls of an import's progress callback.
 PROGRESS_EVERY = 1000
 
-# An import this large changes the tables faster than autovacuum re-reads their statistics.
+# An import this large changes the tables faster than autovacuum re-reads their statistics
+# (when it is a tenth of them or more: `store.statistics_outgrown`).
 ANALYZE_AFTER = 2_000
 
 
@@ -135,21 +167,21 @@ def _ids_in_file(source: IO[bytes]) -> set[str] | None:
 
 
 def _write_entries(
-    session: Session,
-    items: Iterator[tuple[int, dict[str, Any]]],
-    counted: _CountingLines,
-    in_file: set[str] | None,
-    progress: Progress | None,
-) -> tuple[int, str]:
-    writer = _EntryWriter(session, counted, in_file, progress)
+    writer: _EntryWriter, items: Iterator[tuple[int, dict[str, Any]]]
+) -> Generator[tuple[int, int], None, str]:
+    """Write every entry; yields progress as it goes, returns the title the file names."""
     title = ""
     last_id: str | None = None
+    reported = 0
     for line_no, entry in items:
         last_id = writer.add(entry, line_no)
         if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
             title = entry["name"].strip()  # the latest in file order wins, as in Pi
+        if writer.written - reported >= PROGRESS_EVERY:
+            reported = writer.written
+            yield writer.counted.bytes_read, reported
     writer.finish(last_id)
-    return writer.written, title
+    return title
 
 
 class _EntryWriter:
@@ -168,12 +200,10 @@ class _EntryWriter:
         session: Session,
         counted: _CountingLines,
         in_file: set[str] | None,
-        progress: Progress | None,
     ):
         self.session = session
         self.in_file = in_file
         self.counted = counted
-        self.progress = progress
         self.bulk = BulkAppend(session.id, session.last_seq)
         self.written = 0
         self.seen: set[str] = set()  # every id read so far
@@ -251,8 +281,6 @@ class _EntryWriter:
             problem = _entry_problem(entry if isinstance(entry, dict) else {}, exc)
             raise PiImportError(f"line {line_no}: {problem}") from None
         self.written += 1
-        if self.progress is not None and self.written % PROGRESS_EVERY == 0:
-            self.progress(self.counted.bytes_read, self.written)
 
     def finish(self, last_id: str | None) -> None:
         # Whatever still waits hangs below a parent the file does not have (known only now
@@ -265,8 +293,6 @@ class _EntryWriter:
             result = self.bulk.finish()
         except StoreError as exc:
             raise PiImportError(f"near line {self.counted.line_no}: {exc}") from None
-        if self.progress is not None:
-            self.progress(self.counted.bytes_read, self.written)
         if last_id is not None and result.leaf_entry_id != last_id:
             move = NewEvent("leaf/moved", {"to": last_id, "reason": "import"})
             store.append_events(self.session.id, result.last_seq, [move])
