@@ -6,9 +6,10 @@ type="application/x-ndjson">`, which browsers never run); the file's own script 
 chat of whichever branch the reader picks from those lines, as Pi's export does, and offers
 the same lines as the Pi file to download. The tree's rows (laid out by the tree
 projection) and the details of the trace's spans are compact JSON the script draws from;
-the trace's turns (with the entries added outside turns) and the context view of the current branch's latest request are rendered
-by the pages' own templates. All data blocks have `<`, `>` and `&` escaped, so no text of
-a session can end a block or become markup.
+the trace's turns (with the entries added outside turns) are the markup of the page's trace
+template, written by a serializer (`export_trace`), and the context view of the current
+branch's latest request is rendered by the page's own template. All data blocks have `<`,
+`>` and `&` escaped, so no text of a session can end a block or become markup.
 
 The file grows linearly with the session whatever the shape of its tree, and goes out as a
 stream of chunks (a slice of rows, turns, spans or lines at a time), never as one string.
@@ -58,6 +59,7 @@ from sessions_app.templatetags.strand import (
     usage_text,
     value_text,
 )
+from sessions_app.web.export_trace import turns_html
 from sessions_app.web.page_query import PageQuery
 
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
@@ -235,10 +237,7 @@ def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _Sp
             trace.usage = (trace.usage or Usage()) + (turn.usage or Usage())
         trace.error_codes.update(chunk.error_codes)
         trace.approvals.update(chunk.approvals)
-        html = [
-            render_to_string(TURNS, {**base, "older": None, "blocks": some_blocks})
-            for some_blocks in _slices(blocks, TURNS_PER_CHUNK)
-        ]
+        html = [turns_html(some, base) for some in _slices(blocks, TURNS_PER_CHUNK)]
         trace.turn_html.write("".join(html))
         spans = (_span(bar.row.span) for block in blocks for bar in block.bars)
         trace.span_data.write(",".join(_json_text(span) for span in spans))
