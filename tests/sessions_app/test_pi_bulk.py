@@ -124,7 +124,7 @@ def _nothing_written(alice: Any, content: bytes) -> str:
     return str(caught.value)
 
 
-BAD_LAST_LINES = {
+BAD_LAST_LINES: dict[str, dict[str, Any]] = {
     "a role Pi has not": {"type": "message", "message": {"role": "oracle", "content": "?"}},
     "an id taken before": {"id": "00000001", "type": "message"},
     "a parent that is not a string": {"parentId": 7},

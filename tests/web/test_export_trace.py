@@ -36,14 +36,14 @@ def _both(session: Session) -> list[tuple[str, str]]:
         "export": True,
         "can_write": False,
     }
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     windows = project_trace_windows(
         selectors.log_stream(session.id), window_turns=2, window_events=50
     )
     for chunk in windows:
         blocks = trace_blocks(chunk.view)
         template = render_to_string(TURNS, {**base, "older": None, "blocks": blocks})
-        pairs.append((turns_html(blocks, base), template))
+        pairs.append((turns_html(blocks, base), str(template)))
     return pairs
 
 

@@ -36,7 +36,7 @@ def _post(user: User, content: bytes, name: str = "work.jsonl") -> tuple[Any, li
     response = client_for(user).post(
         reverse("session-import"), {"file": upload}, headers={"accept": PROGRESS}
     )
-    body = b"".join(response.streaming_content).decode()
+    body = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
     assert body.endswith("\n")
     return response, [json.loads(line) for line in body.splitlines()]
 
