@@ -26,8 +26,9 @@ the store's invariants itself (their numbers are those of the store's list):
 
 The event data must come from parsed JSON (as a Pi file's lines do): it is encoded with
 orjson, which would write a NaN as null where the JSON parser has already refused one.
-Memory: a buffer of rows, and a few numbers for each entry id written (its depth and path
-facts, the strings shared with the ids), never the entries themselves.
+Memory: a buffer of rows (`ROWS_PER_COPY`, at most about `BYTES_PER_COPY`), and a few
+numbers for each entry id written (its depth and path facts, the strings shared with the
+ids), never the entries themselves.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from sessions_app.store import (
 )
 
 ROWS_PER_COPY = 2000  # events (and their entries) sent in one pair of COPY statements
+BYTES_PER_COPY = 8 * 1024 * 1024  # or fewer, once their rows come to this much
 
 _EVENT_COPY = (
     "COPY sessions_app_event (session_id, seq, type, schema_version, time, data, entry_id, "
@@ -96,6 +98,7 @@ class BulkAppend:
         self._events: list[bytes] = []
         self._entries: list[bytes] = []
         self._batch_ids: list[str] = []
+        self._queued = 0  # bytes of the rows queued
         connection.ensure_connection()
         self._conn: psycopg.Connection[Any] = connection.connection
         with self._cursor() as cur:
@@ -185,7 +188,8 @@ class BulkAppend:
         self.totals.tokens += counters.tokens
         self.totals.bytes += size
         self._queue(prepared, entry_json, event_json, parent, facts)
-        if len(self._events) >= ROWS_PER_COPY:
+        self._queued += size
+        if len(self._events) >= ROWS_PER_COPY or self._queued >= BYTES_PER_COPY:
             self.flush()
         return entry_id
 
@@ -294,6 +298,7 @@ class BulkAppend:
         except DatabaseError as exc:
             raise _translate(exc) from None
         self._events, self._entries, self._batch_ids = [], [], []
+        self._queued = 0
 
     def _refuse_stored_orphan_clash(self, cur: psycopg.Cursor[Any]) -> None:
         # A stored orphan (depth 0 with a parent id) waits for an entry its parent id names.

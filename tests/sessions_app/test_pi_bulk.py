@@ -260,3 +260,23 @@ def test_bulk_tells_listeners_once_at_commit(alice):
     notices = list(connection.connection.notifies(timeout=0.5, stop_after=5))
     payloads = [n.payload for n in notices if n.payload.startswith(str(session.id))]
     assert payloads == [f"{session.id}:{done.last_seq}"]
+
+
+def test_rows_are_sent_a_few_megabytes_at_a_time(alice, tmp_path, monkeypatch):
+    from sessions_app.store import bulk
+
+    path = tmp_path / "small.jsonl"
+    generate(path, 120, side_every=40)
+    sent: list[int] = []
+    flush = bulk.BulkAppend.flush
+
+    def counted(self: BulkAppend) -> None:
+        sent.append(len(self._events))
+        flush(self)
+
+    monkeypatch.setattr(bulk, "BYTES_PER_COPY", 4096)  # a few entries' worth
+    monkeypatch.setattr(bulk.BulkAppend, "flush", counted)
+    with path.open("rb") as source:
+        copied = pi_io.pi_import(source=source, owner=alice, name="copied").session
+    assert len([n for n in sent if n]) > 10 and max(sent) < 10
+    assert _entries_of(copied) == _entries_of(_through_strand_append(alice, path))
