@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
     suites = {
         "append": append.run,
         "pi": pi.run,
+        "pi_files": pi.run_files,
         "langgraph": langgraph.run,
         "pages": pages.run,
         "live": live.run,

@@ -114,7 +114,8 @@ class Report:
     def add(self, *rows: Row) -> None:
         self.rows.extend(rows)
         for r in rows:
-            print(f"  {r.group} | {r.name}: {r.value} {r.target} {r.verdict}", flush=True)
+            note = f" ({r.note})" if r.note else ""
+            print(f"  {r.group} | {r.name}: {r.value} {r.target} {r.verdict}{note}", flush=True)
 
 
 def machine() -> str:

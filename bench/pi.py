@@ -14,7 +14,9 @@ import json
 import random
 import statistics
 import subprocess
+import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,17 @@ CONTEXT_RUNS = 30
 PI_DIR = ROOT / "tests" / "fixtures" / "pi"
 
 
-def generate(target: Path, size: int, seed: int = 7) -> None:
+def generate(
+    target: Path,
+    size: int,
+    seed: int = 7,
+    side_every: int = 500,
+    result_chars: tuple[int, int] = (200, 1500),
+) -> None:
+    """A Pi v3 file of `size` entries or a few more (see the module's docstring); a side
+    branch every `side_every` entries, tool results of `result_chars` characters."""
     rng = random.Random(seed)
+    target.unlink(missing_ok=True)
     t0 = 1_767_225_600_000  # 2026-01-01
     lines = [
         {
@@ -83,7 +94,7 @@ def generate(target: Path, size: int, seed: int = 7) -> None:
             )
             main_line.append(parent)
             continue
-        if n and n % 500 == 7:
+        if n and n % side_every == 7:
             side = add(
                 {"type": "message", "message": {"role": "user", "content": "a side question"}},
                 ids[-5],
@@ -141,7 +152,7 @@ def generate(target: Path, size: int, seed: int = 7) -> None:
                     "role": "toolResult",
                     "toolCallId": f"call{turn}",
                     "toolName": "read_file",
-                    "content": [{"type": "text", "text": text_payload(rng, 200, 1500)}],
+                    "content": [{"type": "text", "text": text_payload(rng, *result_chars)}],
                     "isError": False,
                     "timestamp": t0,
                 },
@@ -166,7 +177,14 @@ def generate(target: Path, size: int, seed: int = 7) -> None:
         )
         main_line.extend(ids[-4:])
         since_compaction += 4
-    with target.open("w", encoding="utf-8") as out:
+        if len(lines) > 10_000:
+            _write(target, lines)
+            lines = []
+    _write(target, lines)
+
+
+def _write(target: Path, lines: list[dict[str, Any]]) -> None:
+    with target.open("a", encoding="utf-8") as out:
         for line in lines:
             out.write(json.dumps(line, separators=(",", ":")) + "\n")
 
@@ -247,6 +265,158 @@ def run(report: Report) -> None:
             "met" if speedup >= 2 else "NOT met",
         ),
     )
+
+
+# Branchy files (a spine of tool turns with a side branch every 50 entries) that the
+# import and both exports are measured on, beside Pi's own HTML export of the same file; and
+# a file of about 500 MB (tool results of 30–60 KB) whose import's memory is measured.
+BRANCHY = (24_000, 100_000)
+LARGE_FILE_ENTRIES = 44_000
+LARGE_RESULT_CHARS = (30_000, 60_000)
+
+
+def run_files(report: Report) -> None:
+    """Import rate and peak memory, and the HTML and Pi exports' time and bytes beside Pi
+    0.73.1's `exportFromFile` of the same file."""
+    from sessions_app import services
+    from sessions_app.services import pi_io
+    from sessions_app.web import html_export
+
+    owner = services.user_get_or_create_local(username="bench")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for size in BRANCHY:
+        path = RESULTS / f"pi-branchy-{size}.jsonl"
+        if not path.exists():
+            generate(path, size, side_every=50)
+        entries = _lines(path) - 1
+        mb = path.stat().st_size / 1e6
+        session, took, grown = _import(pi_io, path, owner)
+        report.add(
+            Row(
+                "pi files",
+                f"import, branchy file of {entries:,} entries ({mb:.1f} MB)",
+                f"{took:.2f} s ({entries / took:,.0f} entries/s)",
+                "≥ 15,000 entries/s",
+                "met" if entries / took >= 15_000 else "NOT met",
+                f"resident memory +{grown / 1e6:.0f} MB while it ran",
+            )
+        )
+        html_s, html_bytes, html_cpu = _drain(partial(html_export.export_html, session))
+        pi_s, pi_bytes, pi_cpu = _drain(partial(pi_io.pi_export_lines, session))
+        theirs = _pi_export(path)
+        report.add(
+            Row(
+                "pi files",
+                f"HTML export, branchy file of {entries:,} entries",
+                f"{html_s:.2f} s, {html_bytes / 1e6:.1f} MB",
+                note=f"CPU {html_cpu:.2f} s",
+            ),
+            Row(
+                "pi files",
+                f"Pi export (JSONL), branchy file of {entries:,} entries",
+                f"{pi_s:.2f} s, {pi_bytes / 1e6:.1f} MB",
+                note=f"CPU {pi_cpu:.2f} s; {pi_bytes / 1e6 / pi_s:.0f} MB/s",
+            ),
+        )
+        if theirs is None:
+            report.add(Row("pi files", "Pi 0.73.1 exportFromFile", "not measured", note="no node"))
+            continue
+        pi_ms, pi_html_bytes = theirs
+        time_ratio = html_s / (pi_ms / 1000)
+        byte_ratio = html_bytes / pi_html_bytes
+        report.add(
+            Row(
+                "pi files",
+                f"Pi 0.73.1 exportFromFile, the same {entries:,} entries (Node)",
+                f"{pi_ms / 1000:.2f} s, {pi_html_bytes / 1e6:.1f} MB",
+            ),
+            Row(
+                "pi files",
+                f"HTML export vs Pi's, {entries:,} entries: time",
+                f"{time_ratio:.2f}×",
+                "≤ 2×",
+                "met" if time_ratio <= 2 else "NOT met",
+            ),
+            Row(
+                "pi files",
+                f"HTML export vs Pi's, {entries:,} entries: bytes",
+                f"{byte_ratio:.2f}×",
+                "≤ 1.5×",
+                "met" if byte_ratio <= 1.5 else "NOT met",
+            ),
+        )
+    path = RESULTS / "pi-large.jsonl"
+    if not path.exists():
+        generate(path, LARGE_FILE_ENTRIES, side_every=50, result_chars=LARGE_RESULT_CHARS)
+    entries = _lines(path) - 1
+    _, took, grown = _import(pi_io, path, owner)
+    report.add(
+        Row(
+            "pi files",
+            f"import, file of {path.stat().st_size / 1e6:,.0f} MB ({entries:,} entries)",
+            f"{took:.1f} s ({entries / took:,.0f} entries/s, "
+            f"{path.stat().st_size / 1e6 / took:.0f} MB/s)",
+            "bounded memory",
+            "met" if grown < 200e6 else "NOT met",
+            f"resident memory +{grown / 1e6:.0f} MB while it ran",
+        )
+    )
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as source:
+        return sum(1 for _ in source)
+
+
+def _import(pi_io: Any, path: Path, owner: Any) -> tuple[Any, float, int]:
+    """(session, seconds, rise of the resident size) of one import."""
+    from bench.trees import _resident
+
+    start = _resident()
+    peak = start
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _resident())
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        started = time.perf_counter()
+        with path.open("rb") as source:
+            session = pi_io.pi_import(source=source, owner=owner, name=path.stem).session
+        took = time.perf_counter() - started
+    finally:
+        done.set()
+        sampler.join()
+    return session, took, max(0, peak - start)
+
+
+def _drain(make: Any) -> tuple[float, int, float]:
+    """(seconds, UTF-8 bytes, CPU seconds) of reading an export's chunks to the end."""
+    started, cpu = time.perf_counter(), time.process_time()
+    size = sum(len(chunk.encode()) for chunk in make())
+    return time.perf_counter() - started, size, time.process_time() - cpu
+
+
+def _pi_export(path: Path) -> tuple[float, int] | None:
+    """(median ms, bytes) of Pi's own `exportFromFile` of `path` (tests/fixtures/pi/export.mjs)."""
+    try:
+        out = subprocess.run(
+            ["node", "export.mjs", str(path), "--runs", "3"],
+            cwd=PI_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=900,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    found = json.loads(out.strip().splitlines()[-1])
+    return float(found["median_ms"]), int(found["bytes"])
 
 
 def _pi_open_and_build(path: Path) -> float | None:

@@ -7,7 +7,8 @@ pure (`projections.pi_file`); this module writes what they yield through the app
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import IO, Any
@@ -36,6 +37,7 @@ from sessions_app.events import EventError, event_type_for_entry
 from sessions_app.models import Event, Session
 from sessions_app.presets import CODING
 from sessions_app.store import NewEvent, StoreError
+from sessions_app.store.bulk import BulkAppend
 
 
 class PiImportError(DomainError):
@@ -66,8 +68,11 @@ def pi_import(
 ) -> ImportResult:
     """Import one Pi file (any version) as a new session: all of it, or nothing.
 
-    The file is read line by line and written in batches, so memory stays bounded whatever
-    its size. The current leaf ends on the last entry in file order, as when Pi opens it.
+    The file is read line by line and written by COPY as it is read (`store.bulk`), each
+    entry checked as the store checks it, so memory stays bounded whatever its size (a few
+    numbers per entry id, not the entries). The current leaf ends on the last entry in file
+    order, as when Pi opens it. `progress` is called every `PROGRESS_EVERY` entries and at
+    the end with the bytes read and the entries written.
 
     `cwd` is the new session's working directory, where its agent's tools may read and
     write: by default the owner's own folder; any other must lie in one of the owner's
@@ -75,6 +80,31 @@ def pi_import(
     machine that wrote it, and trusting it would let an uploaded file point the tools
     anywhere. The header is kept as it is for the export.
     """
+    steps = pi_import_steps(
+        source=source, owner=owner, name=name, cwd=cwd, strict=strict, on_warning=on_warning
+    )
+    while True:
+        try:
+            done = next(steps)
+        except StopIteration as finished:
+            return finished.value  # type: ignore[no-any-return]
+        if progress is not None:
+            progress(*done)
+
+
+def pi_import_steps(
+    *,
+    source: IO[bytes],
+    owner: User,
+    name: str = "",
+    cwd: str | None = None,
+    strict: bool = False,
+    on_warning: Callable[[PiWarning], None] | None = None,
+) -> Generator[tuple[int, int], None, ImportResult]:
+    """`pi_import` a step at a time: yields (bytes read, entries written) every
+    `PROGRESS_EVERY` entries and once at the end, and returns the result. Its transaction
+    stays open between steps (a caller that stops early, closing the generator, rolls it
+    back: nothing is written), so it is driven from one thread, as a streamed response is."""
     warnings: list[PiWarning] = []
 
     def warn(warning: PiWarning) -> None:
@@ -99,18 +129,25 @@ def pi_import(
                 # Pi's own tools: a Pi session continued here offers the names it used.
                 preset=CODING,
             )
-            written, title = _write_entries(session, items, counted, in_file, progress)
+            writer = _EntryWriter(session, counted, in_file)
+            title = yield from _write_entries(writer, items)
             if title and title != session.title:
                 services.session_rename(session=session, title=title)
     except PiFileError as exc:
         raise PiImportError(str(exc)) from None
-    if written >= ANALYZE_AFTER:
+    written = writer.written
+    if written >= ANALYZE_AFTER and store.statistics_outgrown(written):
         store.refresh_statistics()
     session.refresh_from_db()
+    yield counted.bytes_read, written
     return ImportResult(session=session, entries=written, warnings=warnings)
 
 
-# An import this large changes the tables faster than autovacuum re-reads their statistics.
+# Entries written between two calls of an import's progress callback.
+PROGRESS_EVERY = 1000
+
+# An import this large changes the tables faster than autovacuum re-reads their statistics
+# (when it is a tenth of them or more: `store.statistics_outgrown`).
 ANALYZE_AFTER = 2_000
 
 
@@ -130,25 +167,25 @@ def _ids_in_file(source: IO[bytes]) -> set[str] | None:
 
 
 def _write_entries(
-    session: Session,
-    items: Iterator[tuple[int, dict[str, Any]]],
-    counted: _CountingLines,
-    in_file: set[str] | None,
-    progress: Progress | None,
-) -> tuple[int, str]:
-    writer = _EntryWriter(session, counted, in_file, progress)
+    writer: _EntryWriter, items: Iterator[tuple[int, dict[str, Any]]]
+) -> Generator[tuple[int, int], None, str]:
+    """Write every entry; yields progress as it goes, returns the title the file names."""
     title = ""
     last_id: str | None = None
+    reported = 0
     for line_no, entry in items:
         last_id = writer.add(entry, line_no)
         if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
             title = entry["name"].strip()  # the latest in file order wins, as in Pi
+        if writer.written - reported >= PROGRESS_EVERY:
+            reported = writer.written
+            yield writer.counted.bytes_read, reported
     writer.finish(last_id)
-    return writer.written, title
+    return title
 
 
 class _EntryWriter:
-    """Appends entries in file order, in batches.
+    """Appends entries in file order, by COPY (`store.bulk`), each checked as it comes.
 
     Pi writes a parent before its children, but it reads any order: an entry whose parent
     comes later in the file waits here (with its own children) until the parent is written.
@@ -163,13 +200,11 @@ class _EntryWriter:
         session: Session,
         counted: _CountingLines,
         in_file: set[str] | None,
-        progress: Progress | None,
     ):
         self.session = session
         self.in_file = in_file
         self.counted = counted
-        self.progress = progress
-        self.seq = session.last_seq
+        self.bulk = BulkAppend(session.id, session.last_seq)
         self.written = 0
         self.seen: set[str] = set()  # every id read so far
         self.appended: set[str] = set()
@@ -179,8 +214,6 @@ class _EntryWriter:
         # chains up to an id not read yet. `_top` finds an entry's (with the chains made
         # shorter as it goes, so a file in any order costs near-linear time).
         self.above: dict[str, str] = {}
-        self.batch: list[NewEvent] = []
-        self.lines: list[int | None] = []  # the line each event of the batch comes from
 
     def add(self, entry: dict[str, Any], line_no: int) -> str:
         """Append (or hold back) the entry read from line `line_no`. An entry that cannot
@@ -227,19 +260,27 @@ class _EntryWriter:
         return top
 
     def _append(self, event: NewEvent, entry_id: str, line_no: int, *, orphan: bool) -> None:
-        pending = [(event, entry_id, line_no, orphan)]
+        pending = deque([(event, entry_id, line_no, orphan)])
         while pending:
-            current, current_id, current_line, is_orphan = pending.pop(0)
+            current, current_id, current_line, is_orphan = pending.popleft()
             if is_orphan:
                 current = NewEvent(current.type, {**current.data, "orphan": True})
-            self.batch.append(current)
-            self.lines.append(current_line)
+            self._write(current, current_line)
             self.appended.add(current_id)
             self.above.pop(current_id, None)
             waiting = self.waiting.pop(current_id, [])
             pending.extend((child, child_id, line, False) for child, child_id, line in waiting)
-            if len(self.batch) >= settings.STRAND_MAX_BATCH:
-                self._flush()
+
+    def _write(self, event: NewEvent, line_no: int) -> None:
+        try:
+            self.bulk.add(event)
+        except store.QuotaExceeded:
+            raise  # not the file's fault: the owner's storage is full (413, not 422)
+        except StoreError as exc:
+            entry = event.data.get("entry")
+            problem = _entry_problem(entry if isinstance(entry, dict) else {}, exc)
+            raise PiImportError(f"line {line_no}: {problem}") from None
+        self.written += 1
 
     def finish(self, last_id: str | None) -> None:
         # Whatever still waits hangs below a parent the file does not have (known only now
@@ -248,43 +289,13 @@ class _EntryWriter:
         for parent in [p for p in self.waiting if p not in self.seen]:
             for event, entry_id, line_no in self.waiting.pop(parent, []):
                 self._append(event, entry_id, line_no, orphan=True)
-        if self.batch:
-            self._flush()
-        if last_id is not None and self.session_leaf() != last_id:
-            self.batch.append(NewEvent("leaf/moved", {"to": last_id, "reason": "import"}))
-            self.lines.append(None)
-            self._flush()
-
-    def session_leaf(self) -> str | None:
-        self.session.refresh_from_db(fields=["leaf_entry_id"])
-        return self.session.leaf_entry_id
-
-    def _flush(self) -> None:
         try:
-            self.seq = store.append_events(self.session.id, self.seq, self.batch).last_seq
-        except store.QuotaExceeded:
-            raise  # not the file's fault: the owner's storage is full (413, not 422)
+            result = self.bulk.finish()
         except StoreError as exc:
-            raise self._culprit() or PiImportError(
-                f"near line {self.counted.line_no}: {exc}"
-            ) from None
-        self.written += sum(1 for e in self.batch if e.type != "leaf/moved")
-        self.batch, self.lines = [], []
-        if self.progress is not None:
-            self.progress(self.counted.bytes_read, self.written)
-
-    def _culprit(self) -> PiImportError | None:
-        """The refused batch's first event the store refuses on its own, as an error that
-        names the line of its entry and what is wrong with it. (The batch is checked as a
-        whole on the way in; only a refused one is looked at event by event.)"""
-        for event, line_no in zip(self.batch, self.lines, strict=True):
-            try:
-                store.check_event(event)
-            except StoreError as exc:
-                entry = event.data.get("entry")
-                problem = _entry_problem(entry if isinstance(entry, dict) else {}, exc)
-                return PiImportError(f"line {line_no}: {problem}")
-        return None
+            raise PiImportError(f"near line {self.counted.line_no}: {exc}") from None
+        if last_id is not None and result.leaf_entry_id != last_id:
+            move = NewEvent("leaf/moved", {"to": last_id, "reason": "import"})
+            store.append_events(self.session.id, result.last_seq, [move])
 
 
 def _entry_event(entry: dict[str, Any], line_no: int) -> NewEvent:

@@ -6,14 +6,16 @@ type="application/x-ndjson">`, which browsers never run); the file's own script 
 chat of whichever branch the reader picks from those lines, as Pi's export does, and offers
 the same lines as the Pi file to download. The tree's rows (laid out by the tree
 projection) and the details of the trace's spans are compact JSON the script draws from;
-the trace's turns (with the entries added outside turns) and the context view of the current branch's latest request are rendered
-by the pages' own templates. All data blocks have `<`, `>` and `&` escaped, so no text of
-a session can end a block or become markup.
+the trace's turns (with the entries added outside turns) are the markup of the page's trace
+template, written by a serializer (`export_trace`), and the context view of the current
+branch's latest request is rendered by the page's own template. All data blocks have `<`,
+`>` and `&` escaped, so no text of a session can end a block or become markup.
 
 The file grows linearly with the session whatever the shape of its tree, and goes out as a
 stream of chunks (a slice of rows, turns, spans or lines at a time), never as one string.
 The server's memory is that of a window, not of the session: the log is read a page at a
-time through the selectors, the trace is folded a window of whole turns at a time
+time through the selectors (the entries once: the tree's records are cut from them as the
+Pi file's lines are written away), the trace is folded a window of whole turns at a time
 (`projections.trace_windows`), and what has to wait for totals computed after it (the
 turns, drawn newest first under the session's totals, the tree's rows and the spans'
 details) waits in a temporary file, on disk. One part grows with the number of entries,
@@ -24,13 +26,13 @@ an entry (`projections.tree.tree_entry`; about 1.5 KB an entry while it is laid 
 from __future__ import annotations
 
 import io
-import json
 import tempfile
 from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import orjson
 from django.contrib.staticfiles import finders
 from django.http import HttpRequest
 from django.template.loader import render_to_string
@@ -57,6 +59,7 @@ from sessions_app.templatetags.strand import (
     usage_text,
     value_text,
 )
+from sessions_app.web.export_trace import turns_html
 from sessions_app.web.page_query import PageQuery
 
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
@@ -96,7 +99,8 @@ def export_html(session: Session) -> Generator[str, None, None]:
     leaf = session.leaf_entry_id
     base = {"session": session, "q": PageQuery(), "export": True, "can_write": False}
     with tempfile.TemporaryFile() as file:
-        tree = _spill_tree(session, leaf, _Spilled(file))
+        pi_lines = _Spilled(file)
+        tree = _spill_tree(session, leaf, _Spilled(file), pi_lines)
         trace = _spill_trace(session, base, file)
         context = {
             **base,
@@ -132,7 +136,7 @@ def export_html(session: Session) -> Generator[str, None, None]:
             yield chunk if index == 0 else "," + chunk
         yield "]"
         yield parts[3]
-        yield from _pi_lines(session, selectors.entry_stream(session, page=ENTRIES_PER_READ))
+        yield from pi_lines.in_order()
         yield parts[4]
 
 
@@ -179,9 +183,21 @@ class _SpilledTree:
     data: _Spilled
 
 
-def _spill_tree(session: Session, leaf: str | None, data: _Spilled) -> _SpilledTree:
-    entries = selectors.entry_stream(session, page=ENTRIES_PER_READ)
-    tree = project_tree([tree_entry(entry) for entry in entries], leaf)
+def _spill_tree(
+    session: Session, leaf: str | None, data: _Spilled, pi_lines: _Spilled
+) -> _SpilledTree:
+    """The tree laid out and its rows written to `data`, from one read of the entries that
+    writes the Pi file's lines to `pi_lines` as it goes."""
+    cut: list[EntryRecord] = []
+
+    def entries() -> Iterator[EntryRecord]:
+        for entry in selectors.entry_stream(session, page=ENTRIES_PER_READ):
+            cut.append(tree_entry(entry))
+            yield entry
+
+    for chunk in _pi_lines(session, entries()):
+        pi_lines.write(chunk)
+    tree = project_tree(cut, leaf)
     rows = _json_array(
         (_tree_row(row, leaf) for row in tree.rows),
         head=f'{{"drawnIndent":{TREE_DRAWN_INDENT},"rows":[',
@@ -221,10 +237,7 @@ def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _Sp
             trace.usage = (trace.usage or Usage()) + (turn.usage or Usage())
         trace.error_codes.update(chunk.error_codes)
         trace.approvals.update(chunk.approvals)
-        html = [
-            render_to_string(TURNS, {**base, "older": None, "blocks": some_blocks})
-            for some_blocks in _slices(blocks, TURNS_PER_CHUNK)
-        ]
+        html = [turns_html(some, base) for some in _slices(blocks, TURNS_PER_CHUNK)]
         trace.turn_html.write("".join(html))
         spans = (_span(bar.row.span) for block in blocks for bar in block.bars)
         trace.span_data.write(",".join(_json_text(span) for span in spans))
@@ -290,7 +303,7 @@ def _pair(key: str, value: Any) -> list[Any]:
 
 
 def _json_text(item: Any) -> str:
-    return _inert(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+    return _inert(orjson.dumps(item).decode())
 
 
 def _json_array(items: Iterable[Any], *, head: str, tail: str) -> Iterator[str]:

@@ -10,8 +10,9 @@ Access is decided by `sessions_app.access` alone.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -155,11 +156,18 @@ def session_import(request: HttpRequest) -> HttpResponseBase:
         return HttpResponseRedirect(reverse("home"))
     upload = form.cleaned_data["file"]
     ratelimit.rate_hit(request.user, "import")
+    name = form.cleaned_data["title"] or _title_from_filename(upload.name)
+    if request.headers.get("Accept") == IMPORT_PROGRESS:
+        progress = _import_progress(request, upload, name)
+        response = StreamingHttpResponse(streamed(progress, request), content_type=IMPORT_PROGRESS)
+        response["Cache-Control"] = "no-store"
+        response["X-Accel-Buffering"] = "no"  # a proxy passes each line on as it comes
+        return response
     try:
         result = pi_io.pi_import(
             source=upload.file,
             owner=request.user,  # type: ignore[arg-type]
-            name=form.cleaned_data["title"] or _title_from_filename(upload.name),
+            name=name,
         )
     except DomainError as exc:
         messages.error(request, f"Could not import {upload.name}: {exc}")
@@ -169,6 +177,48 @@ def session_import(request: HttpRequest) -> HttpResponseBase:
             request, f"Imported {result.entries} entries; {len(result.warnings)} lines skipped."
         )
     return _redirect(request, reverse("session", args=[result.session.id]))
+
+
+# The import form's script asks for its answer as JSON lines: progress while the file is
+# written, then where the session is (or what is wrong with the file).
+IMPORT_PROGRESS = "application/x-ndjson"
+
+
+def _import_progress(request: HttpRequest, upload: Any, name: str) -> Iterator[str]:
+    """The import as JSON lines: `{"bytes", "total", "entries"}` every
+    `pi_io.PROGRESS_EVERY` entries, then `{"session": url, "entries", "warnings"}` or
+    `{"error": text}` (nothing written). The import runs as the lines are read, in the
+    request's thread; a reader that leaves stops it, and its transaction rolls back."""
+    total = upload.size or 0
+    steps = pi_io.pi_import_steps(
+        source=upload.file,
+        owner=request.user,  # type: ignore[arg-type]
+        name=name,
+    )
+    try:
+        while True:
+            try:
+                done, entries = next(steps)
+            except StopIteration as finished:
+                result = finished.value
+                break
+            yield _line({"bytes": done, "total": total, "entries": entries})
+    except DomainError as exc:
+        yield _line({"error": f"Could not import {upload.name}: {exc}"})
+        return
+    finally:
+        steps.close()
+    yield _line(
+        {
+            "session": reverse("session", args=[result.session.id]),
+            "entries": result.entries,
+            "warnings": len(result.warnings),
+        }
+    )
+
+
+def _line(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False) + "\n"
 
 
 def _title_from_filename(name: str) -> str:

@@ -460,6 +460,76 @@
     if (field) field.value = "";
   });
 
+  // ---- Pi import with progress -------------------------------------------------------
+  // The import form sends its file itself and reads the answer as JSON lines: the upload's
+  // share, then the entries written as the server reads the file, then the new session's
+  // address (or what is wrong with the file). Without JavaScript the form posts as usual.
+
+  function importText(n) { return Number(n).toLocaleString("en-US"); }
+
+  function importWithProgress(form) {
+    var status = form.querySelector(".import-progress");
+    var button = form.querySelector("button[type=submit]");
+    var xhr = new XMLHttpRequest();
+    var read = 0;
+    var last = null;
+    function show(text, failed) {
+      status.hidden = false;
+      status.textContent = text;
+      status.classList.toggle("danger-text", Boolean(failed));
+    }
+    function lines() {
+      var text = xhr.responseText;
+      var end = text.lastIndexOf("\n");
+      if (end < read) return;
+      text.slice(read, end).split("\n").forEach(function (line) {
+        if (!line) return;
+        try { last = JSON.parse(line); } catch (e) { return; }
+        if (last.entries !== undefined && last.total !== undefined) {
+          var share = last.total ? Math.min(100, Math.floor(100 * last.bytes / last.total)) : 100;
+          show("Importing: " + importText(last.entries) + " entries written (" + share + "% of the file read)");
+        }
+      });
+      read = end + 1;
+    }
+    xhr.upload.onprogress = function (evt) {
+      if (evt.lengthComputable) show("Uploading: " + Math.floor(100 * evt.loaded / evt.total) + "%");
+    };
+    xhr.onprogress = lines;
+    xhr.onload = function () {
+      var type = xhr.getResponseHeader("Content-Type") || "";
+      if (xhr.status === 200 && type.indexOf("application/x-ndjson") !== 0 && xhr.responseURL) {
+        window.location.assign(xhr.responseURL); // refused before importing: the page says why
+        return;
+      }
+      lines();
+      if (last && last.session) {
+        show("Imported " + importText(last.entries) + " entries" +
+          (last.warnings ? "; " + importText(last.warnings) + " lines skipped." : "."));
+        window.location.assign(last.session);
+        return;
+      }
+      button.disabled = false;
+      show(last && last.error ? last.error : "The import failed (HTTP " + xhr.status + ").", true);
+    };
+    xhr.onerror = function () {
+      button.disabled = false;
+      show("The import failed: the connection was lost.", true);
+    };
+    xhr.open("POST", form.action);
+    xhr.setRequestHeader("Accept", "application/x-ndjson");
+    button.disabled = true;
+    show("Uploading…");
+    xhr.send(new FormData(form));
+  }
+
+  body.addEventListener("submit", function (evt) {
+    var form = evt.target;
+    if (!form.matches || !form.matches("form[data-import-progress]") || !window.XMLHttpRequest) return;
+    evt.preventDefault();
+    importWithProgress(form);
+  });
+
   // Drawn again as soon as a refresh swaps the chat in, and once it settles.
   body.addEventListener("htmx:afterSwap", drawToolOutputs);
 
