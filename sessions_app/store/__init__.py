@@ -584,7 +584,8 @@ def entries_of(session_id: uuid.UUID | str) -> list[EntryRecord]:
 # seq, depth) rows, named `path`; parameters %(s)s (session), %(leaf)s and %(min_depth)s.
 # It stops at a missing parent (an orphan starts its own path) and never loops: the depth
 # column strictly decreases along a valid path. Other reads join what they need to it (the
-# entry itself by its `id`).
+# entry itself by its `id`, and by its session too: every read of the log names its session,
+# so that the tables can be distributed by session, README "Running it for several people").
 #
 # Each step is one lookup of the parent by the (session, entry_id) key: the LATERAL
 # subquery with its LIMIT cannot be turned into a join, so no estimate of the session's
@@ -615,7 +616,8 @@ def path_to_root(
             f"""{PATH_CTE}
             SELECT e.entry_id, e.parent_id, e.type, e.timestamp, e.data, e.seq
             FROM path CROSS JOIN LATERAL (
-                SELECT * FROM sessions_app_entry WHERE id = path.id LIMIT 1
+                SELECT * FROM sessions_app_entry
+                WHERE session_id = %(s)s AND id = path.id LIMIT 1
             ) e
             ORDER BY path.depth
             """,

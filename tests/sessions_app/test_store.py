@@ -274,8 +274,13 @@ def _stored(session: Session) -> tuple:
     )
     # (stored_bytes is the JSON the store measured before the database filled in parent
     # ids: an entry whose parent another entry of its batch is, is measured with it.)
-    counters = (session.last_seq, session.leaf_entry_id, session.message_count)
-    counters += (session.token_count, session.title)
+    counters = (
+        session.last_seq,
+        session.leaf_entry_id,
+        session.message_count,
+        session.token_count,
+        session.title,
+    )
     return entries, events, counters
 
 
