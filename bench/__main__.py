@@ -13,6 +13,7 @@ def main(argv: list[str]) -> int:
     setup_django()
     from bench import (
         append,
+        append_cpu,
         audit,
         compare,
         entry_search,
@@ -30,6 +31,7 @@ def main(argv: list[str]) -> int:
 
     suites = {
         "append": append.run,
+        "append_cpu": append_cpu.run,
         "pi": pi.run,
         "langgraph": langgraph.run,
         "pages": pages.run,
@@ -87,6 +89,11 @@ def _write(report: Report, took: float) -> None:
         "  figure includes its validation and JSON encoding; the raw rows are encoded before the",
         "  clock starts. Five interleaved runs after a warm-up; each value is the median of the",
         "  per-run rates.",
+        "- **append cpu**: `bench/append_cpu.py`. The single-event append and the raw",
+        "  transaction, 18 interleaved blocks of 100 calls each (after 2 of warm-up), with",
+        "  commits not waited for (`synchronous_commit = off`) so that a busy disk does not",
+        "  hide the code's cost: wall time per call, the client's thread time and the Postgres",
+        "  backend's CPU time (`/proc/<pid>/schedstat`); medians of the blocks.",
         "- **pi files**: `bench/pi.py`. Generated Pi v3 files of 2,000 and 100,000 entries (a",
         "  compaction every 200 entries keeping ~40, side branches, thinking changes). Import is",
         "  one run of `pi_import` per size; context is the median of 30 calls of",
