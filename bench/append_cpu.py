@@ -73,7 +73,8 @@ def run(report: Report) -> None:
         return go
 
     raw_session = services.session_create(owner=owner, title="bench cpu raw")
-    raw_state = {"seq": 0, "parent": None}
+    raw_seq = 0
+    raw_parent: str | None = None
     lock = "SELECT last_seq, leaf_entry_id FROM sessions_app_session WHERE id = %s FOR UPDATE"
     insert_event = (
         "INSERT INTO sessions_app_event (session_id, seq, type, schema_version, time, data, "
@@ -91,14 +92,15 @@ def run(report: Report) -> None:
     )
 
     def raw_block() -> Callable[[], None]:
+        nonlocal raw_seq, raw_parent
         rows = []
         for _ in range(PER):
-            raw_state["seq"] += 1
+            raw_seq += 1
             entry_id = uuid.uuid4().hex[:8]
             entry = {
                 "type": "message",
                 "id": entry_id,
-                "parentId": raw_state["parent"],
+                "parentId": raw_parent,
                 "timestamp": "2026-01-01T00:00:00.000Z",
                 **message(),
             }
@@ -106,15 +108,15 @@ def run(report: Report) -> None:
             rows.append(
                 {
                     "s": str(raw_session.id),
-                    "seq": raw_state["seq"],
+                    "seq": raw_seq,
                     "t": datetime.now(UTC),
                     "d": '{"entry":' + text + "}",
                     "e": text,
                     "id": entry_id,
-                    "parent": raw_state["parent"],
+                    "parent": raw_parent,
                 }
             )
-            raw_state["parent"] = entry_id
+            raw_parent = entry_id
 
         def go() -> None:
             with raw.cursor() as cur:
@@ -153,10 +155,10 @@ def run(report: Report) -> None:
         return statistics.median(values) if values else None
 
     for side, label in (("raw", "raw transaction"), ("strand", "append_events, 1 event")):
-        wall, client, server = (median(side, w) for w in ("wall", "client", "server"))
-        assert wall is not None and client is not None
-        cpu = f"client {client:,.0f} µs" + (f", backend {server:,.0f} µs" if server else "")
-        report.add(Row("append cpu", f"{label}: wall per call", f"{wall:,.0f} µs", note=cpu))
+        per_call, cpu_client, backend = (median(side, w) for w in ("wall", "client", "server"))
+        assert per_call is not None and cpu_client is not None
+        cpu = f"client {cpu_client:,.0f} µs" + (f", backend {backend:,.0f} µs" if backend else "")
+        report.add(Row("append cpu", f"{label}: wall per call", f"{per_call:,.0f} µs", note=cpu))
     raw_wall, strand_wall = median("raw", "wall"), median("strand", "wall")
     assert raw_wall and strand_wall
     ratio = raw_wall / strand_wall
