@@ -13,6 +13,7 @@ def main(argv: list[str]) -> int:
     setup_django()
     from bench import (
         append,
+        append_cpu,
         audit,
         compare,
         entry_search,
@@ -31,6 +32,7 @@ def main(argv: list[str]) -> int:
 
     suites = {
         "append": append.run,
+        "append_cpu": append_cpu.run,
         "pi": pi.run,
         "pi_files": pi.run_files,
         "langgraph": langgraph.run,
@@ -80,12 +82,21 @@ def _write(report: Report, took: float) -> None:
     lines += [
         "- **append**: `bench/append.py`. 1,500 single-event calls and 50 calls of 100 events of",
         "  `user/message` (300 B–4 KB of text each). Each such event writes an event row and an",
-        "  entry row (the tree), so the baseline is raw psycopg writing the same two rows into the",
-        "  same tables: one autocommit statement per event, or `executemany` of 100 events and 100",
-        "  entries per transaction. The event-row-only insert is shown too, and the note gives the",
-        "  ratio to it. Strand's figure includes its validation and JSON encoding; the raw rows are",
-        "  encoded before the clock starts. Five interleaved runs after a warm-up; each value is",
-        "  the median of the per-run rates.",
+        "  entry row (the tree), so the baselines are raw psycopg writing the same two rows into",
+        "  the same tables: one autocommit statement per event, or `executemany` of 100 events and",
+        "  100 entries per transaction; and the raw transaction, statement by statement, that",
+        "  locks the session row (`SELECT … FOR UPDATE`), inserts the event and the entry (or",
+        "  `executemany` of 100 of each) and updates the session's `last_seq` and leaf. A single",
+        "  event is measured against the raw transaction, a batch against the two rows' inserts.",
+        "  The event-row-only insert is shown too, and the notes give the other ratios. Strand's",
+        "  figure includes its validation and JSON encoding; the raw rows are encoded before the",
+        "  clock starts. Five interleaved runs after a warm-up; each value is the median of the",
+        "  per-run rates.",
+        "- **append cpu**: `bench/append_cpu.py`. The single-event append and the raw",
+        "  transaction, 18 interleaved blocks of 100 calls each (after 2 of warm-up), with",
+        "  commits not waited for (`synchronous_commit = off`) so that a busy disk does not",
+        "  hide the code's cost: wall time per call, the client's thread time and the Postgres",
+        "  backend's CPU time (`/proc/<pid>/schedstat`); medians of the blocks.",
         "- **pi files**: `bench/pi.py`. Generated Pi v3 files of 2,000 and 100,000 entries (a",
         "  compaction every 200 entries keeping ~40, side branches, thinking changes). Import is",
         "  one run of `pi_import` per size; context is the median of 30 calls of",

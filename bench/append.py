@@ -1,10 +1,16 @@
-"""Events appended per second: `append_events` against a raw psycopg INSERT of the same rows.
+"""Events appended per second: `append_events` against raw psycopg writing the same rows.
 
 Both write `user/message` events of 300 B–4 KB of text into the same table of the same
-database. The raw path is the floor of what any Postgres writer pays: one INSERT per event in
-autocommit (one round trip, one commit), or 100 rows per transaction with executemany.
-Strand's path adds the row lock, the expected-seq check, validation, the entry projection,
-the leaf and counters, and the notification.
+database. The raw paths are floors of what any Postgres writer pays:
+
+- the same event and entry rows, one autocommit statement per event (one round trip, one
+  commit), or 100 of each per transaction with executemany;
+- the raw transaction: what a client that keeps a session's log by hand sends, statement by
+  statement: lock the session row (`SELECT … FOR UPDATE`), insert the event and the entry,
+  update the session's `last_seq` and leaf, commit.
+
+Strand's path adds validation, the expected-seq check, the tree's checks (parent, cycle,
+depth and path facts), the counters and the owner's storage, and the notification.
 """
 
 from __future__ import annotations
@@ -139,6 +145,37 @@ def run(report: Report) -> None:
                 cur.execute(insert_both, pair)
         return SINGLE_N / (time.perf_counter() - start)
 
+    lock = "SELECT last_seq, leaf_entry_id FROM sessions_app_session WHERE id = %s FOR UPDATE"
+    advance = (
+        "UPDATE sessions_app_session SET last_seq = %(seq)s, leaf_entry_id = %(id)s, "
+        "updated_at = %(t)s WHERE id = %(s)s"
+    )
+
+    def raw_transaction_single() -> float:
+        pairs = raw_pairs(SINGLE_N, 1)
+        start = time.perf_counter()
+        with raw.cursor() as cur:
+            for pair in pairs:
+                with raw.transaction():
+                    cur.execute(lock, [pair["s"]])
+                    cur.execute(insert_event, pair)
+                    cur.execute(insert_entry, pair)
+                    cur.execute(advance, pair)
+        return SINGLE_N / (time.perf_counter() - start)
+
+    def raw_transaction_batch() -> float:
+        pairs = raw_pairs(BATCH_N * 100, 2)
+        start = time.perf_counter()
+        with raw.cursor() as cur:
+            for i in range(0, len(pairs), 100):
+                chunk = pairs[i : i + 100]
+                with raw.transaction():
+                    cur.execute(lock, [chunk[0]["s"]])
+                    cur.executemany(insert_event, chunk)
+                    cur.executemany(insert_entry, chunk)
+                    cur.execute(advance, chunk[-1])
+        return len(pairs) / (time.perf_counter() - start)
+
     def raw_pairs_batch() -> float:
         pairs = raw_pairs(BATCH_N * 100, 2)
         start = time.perf_counter()
@@ -194,9 +231,11 @@ def run(report: Report) -> None:
     runs = {
         "rs": raw_single,
         "ps": raw_pairs_single,
+        "ts": raw_transaction_single,
         "ss": strand_single,
         "rb": raw_batch,
         "pb": raw_pairs_batch,
+        "tb": raw_transaction_batch,
         "sb": strand_batch,
     }
     results: dict[str, list[float]] = {key: [] for key in runs}
@@ -209,7 +248,7 @@ def run(report: Report) -> None:
     import statistics
 
     med = {k: statistics.median(v) for k, v in results.items()}
-    single_ratio = med["ss"] / med["ps"]
+    single_ratio = med["ss"] / med["ts"]
     batch_ratio = med["sb"] / med["pb"]
     load = _load()
     report.add(
@@ -221,14 +260,22 @@ def run(report: Report) -> None:
             "raw psycopg, event + entry rows, 1 per transaction",
             f"{med['ps']:,.0f} events/s",
         ),
+        Row(
+            "append",
+            "raw transaction (lock, event, entry, session row), 1 per transaction",
+            f"{med['ts']:,.0f} events/s",
+        ),
         Row("append", "append_events, 1 event per call", f"{med['ss']:,.0f} events/s"),
         Row(
             "append",
-            "ratio to raw (same rows), 1 per call",
+            "ratio to the raw transaction, 1 per call",
             f"{single_ratio:.0%}",
-            "≥ 50%",
-            "met" if single_ratio >= 0.5 else "NOT met",
-            note=f"{med['ss'] / med['rs']:.0%} of the event-row-only insert; {load}",
+            "≥ 80%",
+            "met" if single_ratio >= 0.8 else "NOT met",
+            note=(
+                f"{med['ss'] / med['ps']:.0%} of the two rows in one statement, "
+                f"{med['ss'] / med['rs']:.0%} of the event-row-only insert; {load}"
+            ),
         ),
         Row(
             "append",
@@ -240,14 +287,22 @@ def run(report: Report) -> None:
             "raw psycopg, event + entry rows, 100 per transaction",
             f"{med['pb']:,.0f} events/s",
         ),
+        Row(
+            "append",
+            "raw transaction (lock, events, entries, session row), 100 per transaction",
+            f"{med['tb']:,.0f} events/s",
+        ),
         Row("append", "append_events, 100 events per call", f"{med['sb']:,.0f} events/s"),
         Row(
             "append",
             "ratio to raw (same rows), 100 per call",
             f"{batch_ratio:.0%}",
-            "≥ 70%",
-            "met" if batch_ratio >= 0.7 else "NOT met",
-            note=f"{med['sb'] / med['rb']:.0%} of the event-row-only insert; {load}",
+            "≥ 90%",
+            "met" if batch_ratio >= 0.9 else "NOT met",
+            note=(
+                f"{med['sb'] / med['tb']:.0%} of the raw transaction, "
+                f"{med['sb'] / med['rb']:.0%} of the event-row-only insert; {load}"
+            ),
         ),
     )
     _ = median_of  # kept for other benchmarks

@@ -179,7 +179,8 @@ def _path_start_within(session: Session, end: str, depth: int, start: int, max_b
                 f"""{store.PATH_CTE}
                 SELECT path.depth, path.parent_id, octet_length(e.data::text)
                 FROM path CROSS JOIN LATERAL (
-                    SELECT data FROM sessions_app_entry WHERE id = path.id LIMIT 1
+                    SELECT data FROM sessions_app_entry
+                    WHERE session_id = %(s)s AND id = path.id LIMIT 1
                 ) e
                 ORDER BY path.depth DESC
                 """,

@@ -164,7 +164,7 @@ class _GeneratedIdCollision(Exception):
     pass
 
 
-# SQLSTATEs raised by strand_append (sql/strand_append_v3.sql, installed by migration 0011).
+# SQLSTATEs raised by strand_append (sql/strand_append_v4.sql, installed by migration 0017).
 _CONFLICT, _NO_SESSION, _OVER_QUOTA = "SA001", "SA002", "SA007"
 _REFUSED = {"SA003", "SA004", "SA005", "SA006"}
 
@@ -183,10 +183,11 @@ def _call_append(
         scope = transaction.atomic() if connection.in_atomic_block else nullcontext()
         connection.ensure_connection()
         # psycopg's own cursor binds parameters on the server (Django's binds them in the
-        # client, which costs more than the whole statement for a large batch) and prepares
-        # the statement after a few calls.
+        # client, which costs more than the whole statement for a large batch), and the
+        # statement is prepared once per connection (Django turns psycopg's own preparing
+        # off): each call then skips parsing and planning it.
         with scope, connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
-            cur.execute(sql, params)
+            cur.execute(sql, params, prepare=True)
             row = cur.fetchone()
     except DatabaseError as exc:
         raise _translate(exc, expected_seq, prepared) from None
@@ -239,7 +240,7 @@ def _arguments(
 
 def _batch_item(p: _Prepared) -> str:
     """One event as strand_append reads it (its keys are listed in
-    sql/strand_append_v3.sql); the data's JSON text is embedded, not re-encoded."""
+    sql/strand_append_v4.sql); the data's JSON text is embedded, not re-encoded."""
     entry = p.entry
     moved = p.event.type == "leaf/moved"
     head = {
@@ -361,7 +362,7 @@ def _check_batch_ids(prepared: list[_Prepared]) -> None:
 
 def _encode(prepared: _Prepared) -> None:
     try:
-        text = json.dumps(prepared.data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        entry_text, text = _json_texts(prepared)
     except (TypeError, ValueError) as exc:
         raise InvalidEvent(f"{prepared.event.type}: data is not JSON: {exc}") from None
     if "\\u0000" in text:
@@ -380,7 +381,21 @@ def _encode(prepared: _Prepared) -> None:
     prepared.json_text = text
     # The entry table holds the entry's JSON again (its length is near the event's: the
     # event adds a few keys around it), and the quota counts both copies.
-    prepared.size = size + (len(_dumps(prepared.entry).encode("utf-8")) if prepared.entry else 0)
+    prepared.size = size + (len(entry_text.encode("utf-8")) if entry_text is not None else 0)
+
+
+def _json_texts(prepared: _Prepared) -> tuple[str | None, str]:
+    """The entry's JSON (None for an event without one) and the event data's, which holds
+    the entry's text as it is: the entry is encoded once."""
+    if prepared.entry is None:
+        return None, _strict_dumps(prepared.data)
+    entry_text = _strict_dumps(prepared.entry)
+    rest = _strict_dumps({k: v for k, v in prepared.data.items() if k != "entry"})
+    return entry_text, '{"entry":' + entry_text + ("}" if rest == "{}" else "," + rest[1:])
+
+
+def _strict_dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _check_depth(prepared: _Prepared) -> None:
@@ -453,7 +468,11 @@ def usage_tokens(usage: object) -> int:
 
 def js_iso(moment: datetime) -> str:
     """JavaScript's toISOString(): milliseconds and a Z."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    m = moment
+    return (
+        f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}."
+        f"{m.microsecond // 1000:03d}Z"
+    )
 
 
 def _turn_or_step(p: _Prepared, key: str) -> int | None:
@@ -566,7 +585,8 @@ def entries_of(session_id: uuid.UUID | str) -> list[EntryRecord]:
 # seq, depth) rows, named `path`; parameters %(s)s (session), %(leaf)s and %(min_depth)s.
 # It stops at a missing parent (an orphan starts its own path) and never loops: the depth
 # column strictly decreases along a valid path. Other reads join what they need to it (the
-# entry itself by its `id`).
+# entry itself by its `id`, and by its session too: every read of the log names its session,
+# so that the tables can be distributed by session, README "Running it for several people").
 #
 # Each step is one lookup of the parent by the (session, entry_id) key: the LATERAL
 # subquery with its LIMIT cannot be turned into a join, so no estimate of the session's
@@ -597,7 +617,8 @@ def path_to_root(
             f"""{PATH_CTE}
             SELECT e.entry_id, e.parent_id, e.type, e.timestamp, e.data, e.seq
             FROM path CROSS JOIN LATERAL (
-                SELECT * FROM sessions_app_entry WHERE id = path.id LIMIT 1
+                SELECT * FROM sessions_app_entry
+                WHERE session_id = %(s)s AND id = path.id LIMIT 1
             ) e
             ORDER BY path.depth
             """,

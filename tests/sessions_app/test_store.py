@@ -258,3 +258,91 @@ def test_entries_record_the_nearest_compaction_thinking_and_model_on_their_path(
     row = Entry.objects.get(session=session, entry_id=model)
     assert (row.path_compaction, row.path_thinking, row.path_model) == (None, None, model)
     assert row.depth == 1
+
+
+def _stored(session: Session) -> tuple:
+    session.refresh_from_db()
+    entries = [
+        (e.entry_id, e.parent_id, e.type, e.data, e.seq, e.depth)
+        + (e.path_compaction, e.path_thinking, e.path_model)
+        for e in Entry.objects.filter(session=session).order_by("seq")
+    ]
+    events = list(
+        Event.objects.filter(session=session, seq__gt=0)
+        .order_by("seq")
+        .values_list("seq", "type", "schema_version", "data", "entry_id", "turn", "step")
+    )
+    # (stored_bytes is the JSON the store measured before the database filled in parent
+    # ids: an entry whose parent another entry of its batch is, is measured with it.)
+    counters = (
+        session.last_seq,
+        session.leaf_entry_id,
+        session.message_count,
+        session.token_count,
+        session.title,
+    )
+    return entries, events, counters
+
+
+@pytest.mark.django_db
+def test_one_event_at_a_time_stores_what_one_batch_stores(alice):
+    """strand_append reads and writes a batch of one its own way: the rows must not differ."""
+    assistant = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "é ✓"}],
+        "provider": "p",
+        "model": "m",
+        "usage": {"totalTokens": 7},
+    }
+    when = {"timestamp": "2026-01-01T00:00:00.000Z"}
+    events = [
+        user_msg("a", id="e0000001", **when),
+        _entry("thinking_level_change", id="e0000002", thinkingLevel="high", **when),
+        _entry("message", id="e0000003", message=assistant, **when),
+        NewEvent("turn/start", {"turn": 1, "trigger": "message"}),
+        _entry(
+            "compaction",
+            id="e0000004",
+            summary="s",
+            firstKeptEntryId="e0000003",
+            tokensBefore=1,
+            **when,
+        ),
+        NewEvent("leaf/moved", {"to": "e0000001", "reason": "navigate"}),
+        user_msg("b", id="e0000005", **when),
+        user_msg("c", id="e0000006", parentId="e0000003", **when),
+        NewEvent("session/renamed", {"title": "renamed"}),
+        NewEvent("leaf/moved", {"from": "e0000006", "to": None, "reason": "navigate"}),
+        user_msg("root again", id="e0000007", **when),
+    ]
+    one_by_one = services.session_create(owner=alice, title="t")
+    for event in events:
+        one_by_one.refresh_from_db()
+        store.append_events(one_by_one.id, one_by_one.last_seq, [event])
+    batched = services.session_create(owner=alice, title="t")
+    store.append_events(batched.id, 0, events)
+    singles, batch = _stored(one_by_one), _stored(batched)
+    assert singles == batch
+    entries = {row[0]: row for row in batch[0]}
+    assert entries["e0000005"][1] == "e0000001" and entries["e0000005"][5] == 1
+    assert entries["e0000007"][1] is None and entries["e0000007"][5] == 0
+    assert batch[2][1] == "e0000007" and batch[2][4] == "renamed"
+
+
+@pytest.mark.django_db
+def test_a_refused_event_alone_writes_nothing_and_says_why(session):
+    store.append_events(session.id, 0, [user_msg("a", id="aaaaaaaa")])
+    before = snapshot(session)
+    refusals = [
+        (user_msg("b", parentId="nope"), "is not an entry of this session"),
+        (NewEvent("leaf/moved", {"to": "nope"}), "is not an entry of this session"),
+        (NewEvent("leaf/moved", {"from": "zzzz", "to": None}), "'from' is"),
+        (user_msg("c", id="aaaaaaaa"), "already exists"),
+    ]
+    for event, message in refusals:
+        with pytest.raises(InvalidEvent, match=message):
+            store.append_events(session.id, 1, [event])
+        assert snapshot(session) == before
+    with pytest.raises(ConcurrencyError):
+        store.append_events(session.id, 0, [user_msg("d")])
+    assert snapshot(session) == before
