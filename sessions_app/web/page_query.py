@@ -44,6 +44,7 @@ class PageQuery:
     tree_at: str | None = None  # tree: the window this cursor names, read on to
     tree_rows: str | None = None  # tree: only rows "a-b" of that window (a run opened)
     tree_indent: int | None = None  # tree: the indent the window's rows are drawn from
+    tree_up: bool = False  # tree: the window is read upwards (what is below it is drawn)
     tree_q: str | None = None  # tree: the words searched for in the session's entries
 
     @classmethod
@@ -88,6 +89,7 @@ class PageQuery:
             tree_at=text("tree_at", TREE_CURSOR_MAX),
             tree_rows=text("tree_rows", 24),
             tree_indent=number("tree_indent"),
+            tree_up=text("tree_up") == "1",
             tree_q=text("tree_q", TREE_QUERY_MAX),
         )
 

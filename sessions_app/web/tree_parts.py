@@ -56,7 +56,9 @@ def tree_part(
     part: dict[str, Any] = {
         "tree": window.tree,
         "tree_rows": rows,
-        "tree_items": _items(window, query, rows, indent, whole_slice=query.tree_rows is None),
+        "tree_items": _items(
+            window, query, rows, indent, whole_slice=query.tree_rows is None, fragment=fragment
+        ),
         "tree_indent": indent,
         "tree_depth_offset": window.depth_offset,
         "tree_leaf": window.leaf if window.partial else window.tree.leaf_id,
@@ -93,18 +95,26 @@ def _items(
     indent: int,
     *,
     whole_slice: bool,
+    fragment: bool,
 ) -> list[TreeItem]:
     def link(kind: str, text: str, at: selectors.TreeAt, depth: int, **extra: Any) -> TreeLink:
         encoded = cursor_encode(at[0], **at[1])
         url = query.querystring(
-            tree_at=encoded, tree_rows=extra.get("rows"), tree_indent=depth or None, entry=None
+            tree_at=encoded,
+            tree_rows=extra.get("rows"),
+            tree_indent=depth or None,
+            tree_up=kind == "previous",
+            entry=None,
         )
         return TreeLink(kind, text, url, depth, auto=query.tree and kind == "next")
 
     items: list[TreeItem] = []
     if not whole_slice:  # a run opened: its rows alone, unfolded
         return list(rows)
-    if window.previous:
+    # In place of a link, a window goes on only the way it was read: what lies on its
+    # other side is drawn already. A page of its own goes on both ways.
+    up, down = (query.tree_up, not query.tree_up) if fragment else (True, True)
+    if window.previous and up:
         items.append(link("previous", _previous_text(window), window.previous, indent))
     for entry_id in window.more_children:
         if entry_id not in window.tree.nodes:  # a subtree's parent, drawn in the window above
@@ -131,7 +141,7 @@ def _items(
             items.append(link("below", "Entries below", at, below))
         if (at := window.children_at(item.node.id)) is not None:
             items.append(link("children", "More branches", at, below))
-    if window.following:
+    if window.following and down:
         items.append(link("next", _next_text(window), window.following, indent))
     if window.roots:
         items.append(link("roots", "Other roots", window.roots, indent))
