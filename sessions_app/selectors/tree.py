@@ -457,7 +457,7 @@ def _partial(
         older_below=older_below,
         chain_next=chain_next,
         expandable=expandable,
-        more_children=_more_children(session, tree, skips or {}, as_of),
+        more_children=_more_children(session, entries, skips or {}, as_of),
         at=at,
         previous=previous,
         following=following,
@@ -466,7 +466,10 @@ def _partial(
 
 
 def _more_children(
-    session: Session, tree: TreeView, skips: Mapping[str, str | None], as_of: int
+    session: Session,
+    entries: list[EntryRecord],
+    skips: Mapping[str, str | None],
+    as_of: int,
 ) -> Mapping[str, tuple[int, str | None]]:
     """Of the entries whose children a window draws (`skips`: each with its child drawn
     elsewhere), those with more children than it draws: each child drawn is among the
@@ -474,12 +477,14 @@ def _more_children(
     if not skips:
         return _NONE
     ids = list(skips)
-    after = [
-        max((tree.nodes[c].seq for c in tree.nodes[i].children), default=-1)
-        if i in tree.nodes
-        else -1
-        for i in ids
-    ]
+    # The child drawn elsewhere is not among the first by seq: it may be the newest. (A
+    # subtree window's parent is no node of its own: its children are read by parent id.)
+    drawn: dict[str, int] = {}
+    for entry in entries:
+        parent = entry.parent_id
+        if parent in skips and entry.id != skips[parent]:
+            drawn[parent] = max(drawn.get(parent, -1), entry.seq)
+    after = [drawn.get(i, -1) for i in ids]
     skip = [skips[i] for i in ids]
     with connection.cursor() as cur:
         cur.execute(

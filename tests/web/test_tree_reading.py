@@ -79,6 +79,13 @@ SHAPES: dict[str, list[tuple[str, str | None]]] = {
     "wide fan": [("root0000", None), *[(i, "root0000") for i in ids(500, "f")]],
     # 400 roots: the other roots read on.
     "many roots": [(i, None) for i in ids(400)],
+    # A branch whose entry has 120 children: read as a subtree, then its further children.
+    "bushy branch": [
+        ("r0000000", None),
+        ("s0000000", "r0000000"),
+        *[(i, "s0000000") for i in ids(120, "b")],
+        *[(i, p) for i, p in zip(ids(70, "a"), ["r0000000", *ids(69, "a")], strict=True)],
+    ],
     # A spine of 150 entries, each with a side leaf: every spine entry forks.
     "comb": [
         pair
@@ -121,6 +128,7 @@ def test_every_shape_is_read_whole_through_the_pages_links(
         "wide fan": {"children"},
         "many roots": {"roots"},
         "comb": {"previous"},
+        "bushy branch": {"below", "children", "run"},
     }[shape]
     assert expected <= with_htmx.kinds, with_htmx.kinds
 
