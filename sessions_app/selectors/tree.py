@@ -43,7 +43,9 @@ from sessions_app.models import Entry, Session
 from sessions_app.selectors.ceilings import ReadTooLarge
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
-TREE_FULL_LIMIT = 5000  # entries; a larger session's tree is drawn near the branch shown
+TREE_FULL_LIMIT = (
+    2000  # entries laid out whole per window (its cost); a larger tree: near the branch
+)
 TREE_READ_CHUNK = 16  # entries read at a time for a window, each cut to what the tree shows
 
 # A cursor, before it is encoded: its kind and fields (`selectors.cursors.KINDS`).

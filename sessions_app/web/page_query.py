@@ -36,7 +36,7 @@ class PageQuery:
     turn: int | None = None  # trace: the selected span's turn
     scope: str = "branch"  # trace and context: the shown branch, or "all"
     all: bool = False  # chat and context: everything, not only the latest window
-    tree: bool = False  # the whole tree, not only the rows around the shown leaf
+    tree: bool = False  # the whole tree: its windows read on as it is scrolled
     edit: str | None = None  # chat: the user message being edited (to resend)
     mark: str | None = None  # tree: an entry picked to compare with another
     file: str | None = None  # files: the workspace file shown

@@ -301,3 +301,20 @@ def test_the_tree_search_escapes_what_it_shows(alice: User) -> None:
         .content.decode()
     )
     assert "<img src=x" not in found and "&lt;img src=x" in found
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"k": "children", "as_of": 1, "leaf": None, "parent": "x"},  # no `after`, no `skip`
+        {"k": "roots", "as_of": 1, "leaf": None, "after": "1", "skip": None},  # a text seq
+        {"k": "near", "as_of": 1, "leaf": None, "end": "x" * 200},  # no entry id is that long
+    ],
+)
+def test_the_tree_api_refuses_a_cursor_it_did_not_give(alice: User, fields: dict) -> None:
+    import base64
+
+    session = imported(alice, pi_file(SHAPES["comb"][:10]), "small")
+    raw = base64.urlsafe_b64encode(json.dumps(fields).encode()).decode().rstrip("=")
+    response = Api(client_for(alice)).get(f"/sessions/{session.id}/tree?cursor={raw}")
+    assert response.status_code == 422 and body_of(response)["error"] == "invalid"
