@@ -138,7 +138,7 @@ def _write(report: Report, took: float) -> None:
         "  the rise of the process's resident size while one export streams (sampled every",
         "  20 ms).",
         "- **tree window**: `bench/tree_window.py`. Branchy Pi files (a spine of tool turns",
-        "  with a side branch of one tool turn leaving every fifth question) of 2,000 (the",
+        "  with a side branch of one tool turn leaving every fifth question) of 1,000 (the",
         "  largest laid out whole), 24,000 and 100,000 entries, imported, then served by one",
         "  daphne process: the whole-tree page (`?tree=1`) with a session cookie over HTTP on",
         "  loopback, then the windows its first links read on (the window above, a collapsed",

@@ -1,5 +1,5 @@
 """The whole tree, windowed: the first answer of the session page's `?tree=1` and the windows
-it reads on, through daphne, for branchy Pi files of 2,000 (the largest laid out whole),
+it reads on, through daphne, for branchy Pi files of 1,000 (the largest laid out whole),
 24,000 and 100,000 entries.
 
 A branchy file (`bench.trees.branchy_file`) is a spine of tool turns (user, assistant with a
@@ -32,7 +32,7 @@ from bench.trees import branchy_file
 from deploy import daphne
 from deploy.daphne import free_port
 
-SIZES = (2_000, 24_000, 100_000)
+SIZES = (1_000, 24_000, 100_000)
 RUNS = 5
 TARGET_MS = 300
 TARGET_KB = 500

@@ -43,9 +43,9 @@ from sessions_app.models import Entry, Session
 from sessions_app.selectors.ceilings import ReadTooLarge
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
-TREE_FULL_LIMIT = (
-    2000  # entries laid out whole per window (its cost); a larger tree: near the branch
-)
+# Entries laid out whole for each window of the tree (its cost); a larger tree is drawn near
+# the branch shown.
+TREE_FULL_LIMIT = 1000
 TREE_READ_CHUNK = 16  # entries read at a time for a window, each cut to what the tree shows
 
 # A cursor, before it is encoded: its kind and fields (`selectors.cursors.KINDS`).
@@ -484,7 +484,7 @@ def _more_children(
     drawn: dict[str, int] = {}
     for entry in entries:
         parent = entry.parent_id
-        if parent in skips and entry.id != skips[parent]:
+        if parent is not None and parent in skips and entry.id != skips[parent]:
             drawn[parent] = max(drawn.get(parent, -1), entry.seq)
     after = [drawn.get(i, -1) for i in ids]
     skip = [skips[i] for i in ids]
