@@ -67,6 +67,62 @@ def comb_file(entries: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def branchy_file(entries: int, side_every: int = 5) -> bytes:
+    """A Pi file of about `entries` entries: a spine of tool turns (user, assistant with a
+    tool call, tool result, assistant), and after every `side_every`-th turn a side branch
+    of one tool turn leaving that turn's user message (a retry asked differently). The
+    file's last entry, the current leaf after import, ends the spine."""
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": f"branchy-{entries}",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/branchy",
+    }
+    lines = [json.dumps(header)]
+    count = 0
+
+    def add(parent: str | None, message: dict[str, Any]) -> str:
+        nonlocal count
+        entry_id = f"{count:08x}"
+        stamp = f"2026-01-{1 + count // 86_400:02d}T{count // 3600 % 24:02d}:"
+        stamp += f"{count // 60 % 60:02d}:{count % 60:02d}.000Z"
+        entry = {"type": "message", "id": entry_id, "parentId": parent, "timestamp": stamp}
+        lines.append(json.dumps({**entry, "message": {**message, "timestamp": 0}}))
+        count += 1
+        return entry_id
+
+    def tool_turn(parent: str | None, n: int, ask: str) -> tuple[str, str]:
+        call = {"type": "toolCall", "id": f"c{n}", "name": "read", "arguments": {"path": f"{n}"}}
+        asked = add(parent, {"role": "user", "content": f"{ask} {n}: read the file"})
+        reply = add(asked, {"role": "assistant", "content": [call], "stopReason": "toolUse"})
+        result = add(
+            reply,
+            {
+                "role": "toolResult",
+                "toolCallId": f"c{n}",
+                "toolName": "read",
+                "content": [{"type": "text", "text": f"contents of {n}"}],
+                "isError": False,
+            },
+        )
+        answer = [{"type": "text", "text": f"file {n} says what it says"}]
+        return asked, add(result, {"role": "assistant", "content": answer, "stopReason": "stop"})
+
+    spine: str | None = None
+    turn = 0
+    while count < entries:
+        turn += 1
+        asked, spine = tool_turn(spine, turn, "turn")
+        if turn % side_every == 0 and count < entries:
+            tool_turn(asked, turn, "instead, turn")  # a side branch leaving the question
+    # The leaf at the end of the spine: its last entry written last.
+    last = json.loads(lines[-1])
+    if last["id"] != spine:
+        add(spine, {"role": "user", "content": "and then"})
+    return ("\n".join(lines) + "\n").encode()
+
+
 def _tree_api(client: Any, session: Any) -> tuple[int, int]:
     """(bytes, pages) of the whole tree read through the API."""
     size = pages = 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -568,3 +568,78 @@ def _layout(
                 (kids[index], child_indent, branches, branches, child_last, child_gutters, False)
             )
     return tuple(rows)
+
+
+# --- runs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRun:
+    """Rows `start` to `stop` (positions in the rows given to `tree_runs`) of a linear
+    stretch, drawn as one line that opens to them."""
+
+    start: int
+    stop: int
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+
+def tree_runs(
+    rows: Sequence[TreeRow], keep: Container[str], minimum: int
+) -> tuple[TreeRow | TreeRun, ...]:
+    """`rows` with the inside of each long linear stretch folded into a run.
+
+    A stretch is a line of rows each the only child of the row before, at one indent. Its
+    first and last rows stay, and so do rows whose entry is in `keep` (the leaf, the entry
+    asked for, one with further windows of its own), labeled, or a compaction or branch
+    summary marker; a run of at least `minimum` other rows between them becomes a TreeRun.
+    """
+    out: list[TreeRow | TreeRun] = []
+    index = 0
+    while index < len(rows):
+        end = index
+        while end + 1 < len(rows) and _continues(rows[end], rows[end + 1]):
+            end += 1
+        out.append(rows[index])
+        out += _folded(rows, index + 1, end, keep, minimum)
+        if end > index:
+            out.append(rows[end])
+        index = end + 1
+    return tuple(out)
+
+
+def _continues(row: TreeRow, following: TreeRow) -> bool:
+    node = row.node
+    return (
+        len(node.children) == 1
+        and following.node.parent_id == node.id
+        and following.display_indent == row.display_indent
+    )
+
+
+def _folded(
+    rows: Sequence[TreeRow], start: int, stop: int, keep: Container[str], minimum: int
+) -> list[TreeRow | TreeRun]:
+    """Rows `start` to `stop` (the inside of a stretch), runs of unkept rows folded."""
+    out: list[TreeRow | TreeRun] = []
+    run_start = start
+    for index in range(start, stop + 1):
+        at_end = index == stop
+        kept = not at_end and _kept(rows[index], keep)
+        if not (kept or at_end):
+            continue
+        if index - run_start >= minimum:
+            out.append(TreeRun(run_start, index))
+        else:
+            out += rows[run_start:index]
+        if kept:
+            out.append(rows[index])
+        run_start = index + 1
+    return out
+
+
+def _kept(row: TreeRow, keep: Container[str]) -> bool:
+    node = row.node
+    return node.id in keep or node.label is not None or node.marker is not None

@@ -166,7 +166,9 @@ class Entry(models.Model):
             models.UniqueConstraint(fields=["session", "entry_id"], name="entry_session_id"),
         ]
         indexes = [
-            models.Index(fields=["session", "parent_id"], name="entry_session_parent"),
+            # A parent's children in seq order: the tree reads a window of a wide fan as a
+            # range of this index.
+            models.Index(fields=["session", "parent_id", "seq"], name="entry_session_parent_seq"),
             models.Index(fields=["session", "seq"], name="entry_session_seq"),
         ]
 

@@ -4,6 +4,7 @@ current leaf and Pi's tree navigation."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -145,45 +146,16 @@ def tree_get(request: HttpRequest, session_id: uuid.UUID, page: Query[TreeIn]) -
 
 
 def _tree_at_cursor(session: Session, cursor: str, limit: int) -> selectors.TreeWindow:
-    kind, at = cursor_decode(cursor, "rows", "above", "below")
-    common = {"as_of_seq": at["as_of"], "leaf": at["leaf"]}
-    if kind == "rows":
-        stop = min(at["stop"], at["start"] + limit)
-        return selectors.tree_rows(session, **common, start=at["start"], stop=stop)
-    if kind == "above":
-        return selectors.tree_path_window(
-            session, **common, end=at["end"], below=at["below"], rows=limit
-        )
-    return selectors.tree_subtree_window(session, **common, parent=at["parent"], rows=limit)
+    return selectors.tree_at(session, cursor_decode(cursor, *selectors.TREE_KINDS), rows=limit)
 
 
 def _tree_answer(window: selectors.TreeWindow, limit: int) -> dict[str, Any]:
     tree = window.tree
-    common = {"as_of": window.as_of_seq, "leaf": window.leaf}
-    previous = following = None
-    if window.partial:
-        if window.older_end and window.older_below:
-            previous = cursor_encode(
-                "above", **common, end=window.older_end, below=window.older_below
-            )
-        if window.chain_next:
-            following = cursor_encode("below", **common, parent=window.chain_next)
-    else:
-        first, last = window.start, window.start + len(window.rows)
-        if window.above:
-            previous = cursor_encode("rows", **common, start=max(0, first - limit), stop=first)
-        if window.below:
-            following = cursor_encode("rows", **common, start=last, stop=last + limit)
-    nodes = [
-        _tree_row(
-            row,
-            window,
-            cursor_encode("below", **common, parent=row.node.id)
-            if row.node.id in window.expandable
-            else None,
-        )
-        for row in window.rows
-    ]
+
+    def encoded(at: selectors.TreeAt | None) -> str | None:
+        return cursor_encode(at[0], **at[1]) if at else None
+
+    nodes = [_tree_row(row, window, encoded) for row in window.rows]
     return {
         "leaf_id": window.leaf,
         "session_name": _clip(tree.session_name),
@@ -193,12 +165,24 @@ def _tree_answer(window: selectors.TreeWindow, limit: int) -> dict[str, Any]:
         "rows_above": window.above,
         "rows_below": window.below,
         "nodes": nodes,
-        "previous_cursor": previous,
-        "next_cursor": following,
+        "previous_cursor": encoded(window.previous),
+        "next_cursor": encoded(window.following),
+        "roots_cursor": encoded(window.roots),
+        # The entries whose further children are not rows of this window (the parent of a
+        # subtree window is a row of the window before it).
+        "children_cursors": {
+            entry_id: encoded(window.children_at(entry_id))
+            for entry_id in window.more_children
+            if entry_id not in window.tree.nodes
+        },
     }
 
 
-def _tree_row(row: TreeRow, window: selectors.TreeWindow, subtree: str | None) -> dict[str, Any]:
+def _tree_row(
+    row: TreeRow,
+    window: selectors.TreeWindow,
+    encoded: Callable[[selectors.TreeAt | None], str | None],
+) -> dict[str, Any]:
     node = row.node
     return {
         "row": row.row,
@@ -220,7 +204,8 @@ def _tree_row(row: TreeRow, window: selectors.TreeWindow, subtree: str | None) -
         "descendants": node.descendants,
         "messages_below": node.messages_below,
         "newest_leaf_id": node.newest_leaf_id,
-        "subtree_cursor": subtree,
+        "subtree_cursor": encoded(window.subtree_at(node.id)),
+        "children_cursor": encoded(window.children_at(node.id)),
     }
 
 

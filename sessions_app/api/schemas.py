@@ -470,6 +470,9 @@ class TreeNodeOut(Schema):
     subtree_cursor: str | None = Field(
         None, description="Partial trees: the entries below this one, not drawn here"
     )
+    children_cursor: str | None = Field(
+        None, description="Partial trees: this entry's further children, not drawn here"
+    )
 
 
 class TreeOut(Schema):
@@ -491,8 +494,16 @@ class TreeOut(Schema):
     )
     next_cursor: str | None = Field(
         ...,
-        description="The rows after these (partial: further down a subtree), or null. Every "
-        "cursor reads the tree as it stood at the first page",
+        description="The rows after these (partial: further down a subtree, the further "
+        "children or roots), or null. Every cursor reads the tree as it stood at the first page",
+    )
+    roots_cursor: str | None = Field(
+        None, description="Partial trees reaching a root: the session's other roots, or null"
+    )
+    children_cursors: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="Partial trees: the further children of entries that are not rows here "
+        "(the parent of a subtree window), by entry id",
     )
 
 

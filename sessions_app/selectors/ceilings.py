@@ -1,6 +1,6 @@
 """Ceilings on the reads that are not windows: a model context (which a model sees whole)
 and the chat's whole path (`?all=1`). (The tree needs none in bytes: it holds a line of each
-entry, cut as it is read; `?tree=1` has a ceiling in entries, `tree.TREE_WHOLE_LIMIT`.)
+entry, cut as it is read; `?tree=1` is read a window at a time, `selectors.tree`.)
 
 Each such read first asks here, in SQL, whether what it would gather passes
 `STRAND_WHOLE_READ_BYTES` of stored data (as JSON text, as the pages' byte budgets count it):

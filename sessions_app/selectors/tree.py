@@ -8,20 +8,31 @@ leaf shown. Two kinds, by the size of the session:
   layout) and a window is a run of its rows, by default the TREE_ROWS around the leaf (or
   the entry asked for); the rows before and after are further windows of the same layout;
 - partial: a larger session is drawn near the branch shown, from a window of entries: the
-  path's last TREE_ROWS/2 entries down to the leaf and the first TREE_ROWS/2 entries of the
-  branches that leave them. Further windows are the path above (the same drawing, further
-  up) and a subtree: the entries below one of those branch entries, drawn down the chain of
-  newest children with the branches that leave it, a window at a time.
+  path's last TREE_ROWS/2 entries down to the leaf (or to the entry asked for) and the
+  first TREE_ROWS/2 entries of the branches that leave them. Further windows are the path
+  above (the same drawing, further up), a subtree (the entries below one of those branch
+  entries, drawn down the chain of newest children with the branches that leave it), the
+  further children of an entry whose branches did not all fit, and the further roots.
 
 Either way a window reads at most its own rows' worth of entries (or TREE_FULL_LIMIT), so
-its cost does not grow with the session. In a partial window the projection sees only the
-window's entries: counts below an entry are of those, and depths are relative to the
-window's top (`depth_offset` makes them absolute).
+its cost does not grow with the session, and every entry is reached by some chain of
+further windows: the whole tree is read a window at a time (`?tree=1` on the page, the
+cursors of the API). In a partial window the projection sees only the window's entries:
+counts below an entry are of those, and depths are relative to the window's top
+(`depth_offset` makes them absolute). Orphans (an entry naming a parent the session does
+not hold, which only a hand-made file has) are roots of a whole layout; a partial tree
+finds the roots by their null parent only.
+
+Each window knows the cursor that reads it again (`at`) and those of the windows beside
+it, as (kind, fields) of `selectors.cursors`; the doors encode them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from django.db import connection
 
@@ -32,12 +43,15 @@ from sessions_app.models import Entry, Session
 from sessions_app.selectors.ceilings import ReadTooLarge
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
-TREE_FULL_LIMIT = 5000  # entries; a larger session's tree is drawn near the branch shown
-# The whole tree on request: at most this many entries (the page draws ~600 bytes a row, and
-# holds ~1.5 KB an entry while it lays them out, whatever their size: each is cut to what the
-# tree shows as it is read); a larger one is drawn a window at a time and says so.
-TREE_WHOLE_LIMIT = 20_000
+# Entries laid out whole for each window of the tree (its cost); a larger tree is drawn near
+# the branch shown.
+TREE_FULL_LIMIT = 1000
 TREE_READ_CHUNK = 16  # entries read at a time for a window, each cut to what the tree shows
+
+# A cursor, before it is encoded: its kind and fields (`selectors.cursors.KINDS`).
+TreeAt = tuple[str, dict[str, Any]]
+
+_NONE: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +72,33 @@ class TreeWindow:
     older_below: str | None = None
     chain_next: str | None = None
     expandable: frozenset[str] = field(default_factory=frozenset)
-    # The whole tree was asked for and passes its ceiling: this is a window instead.
-    whole_refused: bool = False
+    # Partial windows: entries with more children than drawn → (seq of the last child
+    # drawn, or -1; the child drawn elsewhere, on the path or the chain).
+    more_children: Mapping[str, tuple[int, str | None]] = field(default_factory=lambda: _NONE)
+    # The cursor of this window, and of the windows before and after it in reading order
+    # (the rows around, the path above, the chain or the children or the roots further on).
+    at: TreeAt | None = None
+    previous: TreeAt | None = None
+    following: TreeAt | None = None
+    # Partial windows that reach a root while the session has others: the roots to read.
+    roots: TreeAt | None = None
+
+    def subtree_at(self, entry_id: str) -> TreeAt | None:
+        """The window of the entries below `entry_id`, when this one does not draw them."""
+        if entry_id not in self.expandable:
+            return None
+        return ("below", {**self._common(), "parent": entry_id})
+
+    def children_at(self, entry_id: str) -> TreeAt | None:
+        """The window of `entry_id`'s further children, when not all of them are drawn."""
+        more = self.more_children.get(entry_id)
+        if more is None:
+            return None
+        after, skip = more
+        return ("children", {**self._common(), "parent": entry_id, "after": after, "skip": skip})
+
+    def _common(self) -> dict[str, Any]:
+        return {"as_of": self.as_of_seq, "leaf": self.leaf}
 
 
 def tree_window(
@@ -67,32 +106,63 @@ def tree_window(
     leaf: str | None,
     *,
     focus: str | None = None,
-    whole: bool = False,
     rows: int | None = None,
     as_of_seq: int | None = None,
 ) -> TreeWindow:
-    """The tree as the page draws it: `rows` rows around `focus` (default: the shown leaf)
-    of the whole layout, or, for a large session, near the branch shown. `whole`: every
-    row, up to TREE_WHOLE_LIMIT entries: past it the window that `whole` would replace,
-    marked `whole_refused`."""
+    """The tree as the page draws it first: `rows` rows around `focus` (default: the shown
+    leaf) of the whole layout, or, for a large session, the path down to the shown leaf
+    (down to `focus` when that path does not hold it). Further windows read on from it."""
     rows = TREE_ROWS if rows is None else rows
     as_of = session.last_seq if as_of_seq is None else as_of_seq
-    if whole and not _fits_whole(session, as_of, TREE_WHOLE_LIMIT):
-        window = tree_window(session, leaf, focus=focus, rows=rows, as_of_seq=as_of)
-        return replace(window, whole_refused=True)
-    if whole or _fits_whole(session, as_of, TREE_FULL_LIMIT):
+    if _fits_whole(session, as_of, TREE_FULL_LIMIT):
         tree = _whole(session, as_of, leaf)
-        if whole or len(tree.rows) <= rows:
-            return _rows_window(tree, as_of, leaf, 0, len(tree.rows))
+        if len(tree.rows) <= rows:
+            return _rows_window(tree, as_of, leaf, 0, len(tree.rows), rows)
         marks = [r.row for r in tree.rows if r.node.id == focus] or [
             r.row for r in tree.rows if r.node.is_current_leaf
         ]
         at = marks[0] if marks else len(tree.rows) - 1
         start = max(0, min(at - rows // 2, len(tree.rows) - rows))
-        return _rows_window(tree, as_of, leaf, start, start + rows)
+        return _rows_window(tree, as_of, leaf, start, start + rows, rows)
     # No leaf (the next entry starts a root): drawn up from the latest entry instead.
     end = leaf if leaf is not None else _latest_entry(session, as_of)
-    return tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=end, below=None, rows=rows)
+    window = tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=end, below=None, rows=rows)
+    if focus is None or focus in window.tree.nodes or store.depth_of(session.id, focus) is None:
+        return window
+    return tree_path_window(session, as_of_seq=as_of, leaf=leaf, end=focus, below=None, rows=rows)
+
+
+def tree_at(session: Session, at: TreeAt, *, rows: int | None = None) -> TreeWindow:
+    """The window a cursor names (its kind and decoded fields), `rows` rows at most."""
+    kind, fields = at
+    rows = TREE_ROWS if rows is None else rows
+    common = {"as_of_seq": fields["as_of"], "leaf": fields["leaf"]}
+    if kind == "rows":
+        stop = min(fields["stop"], fields["start"] + rows)
+        return tree_rows(session, **common, start=fields["start"], stop=stop)
+    if kind == "above":
+        return tree_path_window(
+            session, **common, end=fields["end"], below=fields["below"], rows=rows
+        )
+    if kind == "near":
+        return tree_path_window(session, **common, end=fields["end"], below=None, rows=rows)
+    if kind == "children":
+        return tree_children_window(
+            session,
+            **common,
+            parent=fields["parent"],
+            after=fields["after"],
+            skip=fields["skip"],
+            rows=rows,
+        )
+    if kind == "roots":
+        return tree_roots_window(
+            session, **common, after=fields["after"], skip=fields["skip"], rows=rows
+        )
+    return tree_subtree_window(session, **common, parent=fields["parent"], rows=rows)
+
+
+TREE_KINDS = ("rows", "above", "near", "below", "children", "roots")
 
 
 def tree_rows(
@@ -104,7 +174,8 @@ def tree_rows(
             "the tree of this cursor is too large to lay out whole; "
             "ask for the tree again without a cursor: it is drawn near the branch shown"
         )
-    return _rows_window(_whole(session, as_of_seq, leaf), as_of_seq, leaf, start, stop)
+    tree = _whole(session, as_of_seq, leaf)
+    return _rows_window(tree, as_of_seq, leaf, start, stop, max(stop - start, 1))
 
 
 def _fits_whole(session: Session, as_of: int, entries: int) -> bool:
@@ -151,9 +222,13 @@ def _path_ids(session: Session, end: str, min_depth: int) -> list[tuple[str, str
         return [(row[0], row[1]) for row in cur.fetchall()]
 
 
-def _rows_window(tree: TreeView, as_of: int, leaf: str | None, start: int, stop: int) -> TreeWindow:
+def _rows_window(
+    tree: TreeView, as_of: int, leaf: str | None, start: int, stop: int, size: int
+) -> TreeWindow:
+    """Rows `start` to `stop` of `tree`; the windows before and after are `size` rows."""
     start = max(0, min(start, len(tree.rows)))
     stop = max(start, min(stop, len(tree.rows)))
+    common = {"as_of": as_of, "leaf": leaf}
     return TreeWindow(
         tree=tree,
         rows=tree.rows[start:stop],
@@ -163,6 +238,13 @@ def _rows_window(tree: TreeView, as_of: int, leaf: str | None, start: int, stop:
         above=start,
         below=len(tree.rows) - stop,
         start=start,
+        at=("rows", {**common, "start": start, "stop": stop}),
+        previous=("rows", {**common, "start": max(0, start - size), "stop": start})
+        if start
+        else None,
+        following=("rows", {**common, "start": stop, "stop": stop + size})
+        if stop < len(tree.rows)
+        else None,
     )
 
 
@@ -204,10 +286,12 @@ def tree_path_window(
     below: str | None,
     rows: int | None = None,
 ) -> TreeWindow:
-    """The path's `rows/2` entries down to `end` (the leaf, or where the window below
-    starts: `below` is its child on the path) and the first `rows/2` entries of the
-    branches leaving them."""
+    """The path's `rows/2` entries down to `end` (the leaf, an entry asked for, or where the
+    window below starts: `below` is its child on the path) and the first `rows/2` entries
+    of the branches leaving them. The path is drawn as the shown one when it ends at the
+    leaf, or continues a window that did (`below`)."""
     rows = TREE_ROWS if rows is None else rows
+    common = {"as_of": as_of_seq, "leaf": leaf}
     if end is None:
         return _partial(session, [], as_of_seq, leaf, None, 0, above=0)
     depth = store.depth_of(session.id, end) or 0
@@ -216,17 +300,29 @@ def tree_path_window(
     on_path = [entry_id for entry_id, _ in path]
     exclude = [*on_path, *([below] if below else [])]
     branches = _children_of(session, on_path, exclude, as_of_seq, limit=max(rows // 2, 1))
+    entries = [*_tree_records(session, on_path), *_tree_records(session, branches)]
+    # Each path entry's child on the path is drawn already (or by the window below).
+    skips = dict(zip(on_path, [*on_path[1:], below], strict=True))
+    older = start and path
     return _partial(
         session,
-        [*_tree_records(session, on_path), *_tree_records(session, branches)],
+        entries,
         as_of_seq,
         leaf,
-        end,
+        end if end == leaf or below is not None else None,
         start,
         above=start,
-        older_end=path[0][1] if start and path else None,
-        older_below=path[0][0] if start and path else None,
+        older_end=path[0][1] if older else None,
+        older_below=path[0][0] if older else None,
         drawn_children=set(on_path),
+        skips=skips,
+        at=("above", {**common, "end": end, "below": below})
+        if below
+        else ("near", {**common, "end": end}),
+        previous=("above", {**common, "end": path[0][1], "below": path[0][0]})
+        if older and path[0][1]
+        else None,
+        roots=_other_roots(session, as_of_seq, leaf, on_path[0]) if path and not start else None,
     )
 
 
@@ -237,6 +333,7 @@ def tree_subtree_window(
     entries) and the first `rows/2` entries of the branches that leave the chain (or leave
     `parent`); the chain's last entry continues in the next window."""
     count = max((TREE_ROWS if rows is None else rows) // 2, 1)
+    common = {"as_of": as_of_seq, "leaf": leaf}
     depth = store.depth_of(session.id, parent)
     if depth is None:
         return _partial(session, [], as_of_seq, leaf, None, 0, above=0)
@@ -258,6 +355,71 @@ def tree_subtree_window(
         chain_next=chain[-1] if more else None,
         # The chain's children are drawn here, or below `chain_next` in the next window.
         drawn_children={parent, *chain},
+        skips=dict(zip(parents, [*chain, None], strict=False)),
+        at=("below", {**common, "parent": parent}),
+        following=("below", {**common, "parent": chain[-1]}) if more else None,
+    )
+
+
+def tree_children_window(
+    session: Session,
+    *,
+    as_of_seq: int,
+    leaf: str | None,
+    parent: str,
+    after: int,
+    skip: str | None,
+    rows: int | None = None,
+) -> TreeWindow:
+    """`parent`'s children after seq `after` (but `skip`, drawn already), `rows` at most,
+    oldest first; the entries below each are a subtree window of their own."""
+    depth = store.depth_of(session.id, parent)
+    if depth is None:
+        return _partial(session, [], as_of_seq, leaf, None, 0, above=0)
+    return _siblings(session, as_of_seq, leaf, parent, after, skip, rows, depth + 1)
+
+
+def tree_roots_window(
+    session: Session,
+    *,
+    as_of_seq: int,
+    leaf: str | None,
+    after: int,
+    skip: str | None,
+    rows: int | None = None,
+) -> TreeWindow:
+    """The roots after seq `after` (but `skip`, drawn already), `rows` at most, oldest
+    first; the entries below each are a subtree window of their own."""
+    return _siblings(session, as_of_seq, leaf, None, after, skip, rows, 0)
+
+
+def _siblings(
+    session: Session,
+    as_of: int,
+    leaf: str | None,
+    parent: str | None,
+    after: int,
+    skip: str | None,
+    rows: int | None,
+    depth: int,
+) -> TreeWindow:
+    count = max(TREE_ROWS if rows is None else rows, 1)
+    found = _children_after(session, parent, after, skip, as_of, count + 1)
+    more = len(found) > count
+    entries = _tree_records(session, [entry_id for entry_id, _ in found[:count]])
+    common = {"as_of": as_of, "leaf": leaf}
+    kind, place = ("children", {"parent": parent}) if parent else ("roots", {})
+    last = found[count - 1][1] if more else None
+    return _partial(
+        session,
+        entries,
+        as_of,
+        leaf,
+        leaf if leaf in {e.id for e in entries} else None,
+        depth,
+        above=0,
+        at=(kind, {**common, **place, "after": after, "skip": skip}),
+        following=(kind, {**common, **place, "after": last, "skip": skip}) if more else None,
     )
 
 
@@ -274,6 +436,11 @@ def _partial(
     older_below: str | None = None,
     chain_next: str | None = None,
     drawn_children: set[str] | None = None,
+    skips: Mapping[str, str | None] | None = None,
+    at: TreeAt | None = None,
+    previous: TreeAt | None = None,
+    following: TreeAt | None = None,
+    roots: TreeAt | None = None,
 ) -> TreeWindow:
     tree = project_tree(entries, active)
     # Entries whose children this window does not draw, and that have some: a subtree.
@@ -292,7 +459,92 @@ def _partial(
         older_below=older_below,
         chain_next=chain_next,
         expandable=expandable,
+        more_children=_more_children(session, entries, skips or {}, as_of),
+        at=at,
+        previous=previous,
+        following=following,
+        roots=roots,
     )
+
+
+def _more_children(
+    session: Session,
+    entries: list[EntryRecord],
+    skips: Mapping[str, str | None],
+    as_of: int,
+) -> Mapping[str, tuple[int, str | None]]:
+    """Of the entries whose children a window draws (`skips`: each with its child drawn
+    elsewhere), those with more children than it draws: each child drawn is among the
+    first by seq, so the others come after the last drawn. One key range each."""
+    if not skips:
+        return _NONE
+    ids = list(skips)
+    # The child drawn elsewhere is not among the first by seq: it may be the newest. (A
+    # subtree window's parent is no node of its own: its children are read by parent id.)
+    drawn: dict[str, int] = {}
+    for entry in entries:
+        parent = entry.parent_id
+        if parent is not None and parent in skips and entry.id != skips[parent]:
+            drawn[parent] = max(drawn.get(parent, -1), entry.seq)
+    after = [drawn.get(i, -1) for i in ids]
+    skip = [skips[i] for i in ids]
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT p.id FROM unnest(%(ids)s::text[], %(after)s::bigint[], %(skip)s::text[])
+                AS p(id, after, skip)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM sessions_app_entry e
+                WHERE e.session_id = %(s)s AND e.parent_id = p.id
+                  AND e.seq > p.after AND e.seq <= %(as_of)s
+                  AND e.entry_id IS DISTINCT FROM p.skip
+                LIMIT 1
+            ) c
+            """,
+            {"s": str(session.id), "ids": ids, "after": after, "skip": skip, "as_of": as_of},
+        )
+        found = {row[0] for row in cur.fetchall()}
+    by_id = dict(zip(ids, zip(after, skip, strict=True), strict=True))
+    return MappingProxyType({i: by_id[i] for i in ids if i in found})
+
+
+def _other_roots(session: Session, as_of: int, leaf: str | None, root: str) -> TreeAt | None:
+    """The roots window, when the session has a root besides `root` (drawn already)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT 1 FROM sessions_app_entry WHERE session_id = %s AND parent_id IS NULL "
+            "AND seq <= %s AND entry_id <> %s LIMIT 1",
+            [str(session.id), as_of, root],
+        )
+        if cur.fetchone() is None:
+            return None
+    return ("roots", {"as_of": as_of, "leaf": leaf, "after": -1, "skip": root})
+
+
+def _children_after(
+    session: Session, parent: str | None, after: int, skip: str | None, as_of: int, limit: int
+) -> list[tuple[str, int]]:
+    """(id, seq) of the first `limit` children of `parent` (None: the roots) after seq
+    `after`, but `skip`: a range of the (session, parent, seq) index."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT entry_id, seq FROM sessions_app_entry WHERE session_id = %(s)s "
+            "AND parent_id IS NULL AND seq > %(after)s AND seq <= %(as_of)s "
+            "AND entry_id IS DISTINCT FROM %(skip)s ORDER BY seq LIMIT %(limit)s"
+            if parent is None
+            else "SELECT entry_id, seq FROM sessions_app_entry WHERE session_id = %(s)s "
+            "AND parent_id = %(p)s AND seq > %(after)s AND seq <= %(as_of)s "
+            "AND entry_id IS DISTINCT FROM %(skip)s ORDER BY seq LIMIT %(limit)s",
+            {
+                "s": str(session.id),
+                "p": parent,
+                "after": after,
+                "as_of": as_of,
+                "skip": skip,
+                "limit": limit,
+            },
+        )
+        return [(row[0], int(row[1])) for row in cur.fetchall()]
 
 
 def _children_of(

@@ -358,12 +358,17 @@ def tree_row(context: template.Context, row: Any) -> SafeString:
     node, query = row.node, context.get("q")
     current_leaf = context.get("current_leaf")
     node_id = _e(node.id)
-    classes = [indent_class(row.display_indent), f"t-{node.type}"]
+    # A further window's rows hang from the row they continue (`tree_indent`), and their
+    # depth is from the root (`tree_depth_offset`); the leaf shown is the window's.
+    indent = row.display_indent + int(context.get("tree_indent") or 0)
+    depth = node.depth + int(context.get("tree_depth_offset") or 0)
+    shown_leaf = context.get("tree_leaf", node.id if node.is_current_leaf else None)
+    classes = [indent_class(indent), f"t-{node.type}"]
     if node.role:
         classes.append(f"r-{node.role}")
     marks = (
         (node.on_active_path, "on-path"),
-        (node.is_current_leaf, "shown-leaf"),
+        (node.id == shown_leaf, "shown-leaf"),
         (node.id == current_leaf, "current"),
         (node.id == getattr(query, "entry", None), "selected"),
         (node.id == getattr(query, "mark", None), "marked"),
@@ -372,13 +377,10 @@ def tree_row(context: template.Context, row: Any) -> SafeString:
     classes += [name for on, name in marks if on]
     parts = [
         f'<li class="node {_e(" ".join(classes))}" id="node-{node_id}" data-id="{node_id}" '
-        f'data-depth="{_e(node.depth)}">'
+        f'data-depth="{_e(depth)}">'
     ]
-    if indent_hidden(row.display_indent):
-        parts.append(
-            f'<span class="deep" title="{_e(row.display_indent)} levels in">'
-            f"{_e(num(row.display_indent))}</span>"
-        )
+    if indent_hidden(indent):
+        parts.append(f'<span class="deep" title="{_e(indent)} levels in">{_e(num(indent))}</span>')
     if row.connector:
         last = " last" if row.is_last else ""
         parts.append(f'<span class="conn{last}" aria-hidden="true"></span>')

@@ -19,6 +19,8 @@ from sessions_app.models import Session
 VIEWS = ("chat", "trace", "context", "files")
 FILE_PATH_MAX = 4096  # a workspace path (the files API's bound)
 NUMBER_MAX = 2**62  # a seq or a turn (the API's `SEQ_MAX`): more is no page of ours
+TREE_CURSOR_MAX = 400  # a tree cursor (the API's `CURSOR_MAX`)
+TREE_QUERY_MAX = 500  # words searched for in the tree (the search's `QUERY_MAX`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +36,16 @@ class PageQuery:
     turn: int | None = None  # trace: the selected span's turn
     scope: str = "branch"  # trace and context: the shown branch, or "all"
     all: bool = False  # chat and context: everything, not only the latest window
-    tree: bool = False  # the whole tree, not only the rows around the shown leaf
+    tree: bool = False  # the whole tree: its windows read on as it is scrolled
     edit: str | None = None  # chat: the user message being edited (to resend)
     mark: str | None = None  # tree: an entry picked to compare with another
     file: str | None = None  # files: the workspace file shown
     files_from: int | None = None  # files: the page of the file tree from this file on
+    tree_at: str | None = None  # tree: the window this cursor names, read on to
+    tree_rows: str | None = None  # tree: only rows "a-b" of that window (a run opened)
+    tree_indent: int | None = None  # tree: the indent the window's rows are drawn from
+    tree_up: bool = False  # tree: the window is read upwards (what is below it is drawn)
+    tree_q: str | None = None  # tree: the words searched for in the session's entries
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> PageQuery:
@@ -79,6 +86,11 @@ class PageQuery:
             mark=text("mark"),
             file=text("file", FILE_PATH_MAX),
             files_from=number("files_from"),
+            tree_at=text("tree_at", TREE_CURSOR_MAX),
+            tree_rows=text("tree_rows", 24),
+            tree_indent=number("tree_indent"),
+            tree_up=text("tree_up") == "1",
+            tree_q=text("tree_q", TREE_QUERY_MAX),
         )
 
     @classmethod
@@ -104,5 +116,6 @@ class PageQuery:
         return reverse("session", args=[session.id]) + self.querystring(**changes)
 
     def view_only(self) -> PageQuery:
-        """What a view switch keeps: the branch shown, nothing view-specific."""
+        """What a view switch keeps: the branch shown, nothing view-specific (the tree is
+        drawn again around the branch)."""
         return PageQuery(leaf=self.leaf, tree=self.tree, mark=self.mark)

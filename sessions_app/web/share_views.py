@@ -166,7 +166,8 @@ def _guest_query(session: Session, link: ShareLink, query: PageQuery) -> PageQue
         query = replace(query, view="chat", file=None, files_from=None)
     if not link.branch:
         return query
-    query = replace(query, leaf=link.branch, scope="branch")
+    # The tree around the branch only: no cursor reads another window of it.
+    query = replace(query, leaf=link.branch, scope="branch", tree_at=None, tree_rows=None)
     if query.turn is not None and query.turn not in path_turns(session, link.branch):
         query = replace(query, turn=None, span=None)
     if query.request is not None:
@@ -181,10 +182,8 @@ def _branch_only(context: dict[str, Any]) -> dict[str, Any]:
     if "tree_rows" in context:
         rows = [row for row in context["tree_rows"] if row.node.on_active_path]
         context["tree_rows"] = rows
-        context["tree_below"] = 0
-        context["tree_whole_refused"] = None
-        if not context.get("tree_partial"):
-            context["tree_above"] = 0
+        # Rows alone: no window beside them, no run folding the path away.
+        context["tree_items"] = rows
     return context
 
 

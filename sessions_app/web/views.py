@@ -40,7 +40,7 @@ from sessions_app import access, redaction, selectors, services
 from sessions_app.errors import DomainError
 from sessions_app.events import ENTRY_KEY_MAX
 from sessions_app.models import Session
-from sessions_app.selectors import tree as tree_reads
+from sessions_app.selectors import entry_search
 from sessions_app.selectors.ceilings import megabytes, whole_read_bytes
 from sessions_app.selectors.subagents import (
     subagent_calls,
@@ -54,7 +54,7 @@ from sessions_app.selectors.workspace_diffs import (
 )
 from sessions_app.services import pi_io, ratelimit
 from sessions_app.streaming import streamed
-from sessions_app.web import html_export
+from sessions_app.web import html_export, tree_parts
 from sessions_app.web.files_views import files_panel
 from sessions_app.web.forms import (
     ApprovalForm,
@@ -74,6 +74,7 @@ from sessions_app.web.page_query import VIEWS, PageQuery
 log = logging.getLogger("strand.views")
 
 TEMPLATE = "sessions/session.html"
+TREE_FOUND_MAX = 20  # hits of the tree's search box
 
 
 def _is_htmx(request: HttpRequest) -> bool:
@@ -233,7 +234,33 @@ def _title_from_filename(name: str) -> str:
 @require_GET
 def session_page(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_or_404(request, session_id)
-    return page_response(request, session, PageQuery.parse(request.GET))
+    query = PageQuery.parse(request.GET)
+    if query.tree_q and not _is_htmx(request):  # the tree's search, without JavaScript
+        found = tree_found_context(request, session, query)
+        return page_response(request, session, query, adjust=lambda c: {**c, **found})
+    return page_response(request, session, query)
+
+
+def tree_found_context(request: HttpRequest, session: Session, query: PageQuery) -> dict[str, Any]:
+    """The entries of the session that say the words of the tree's search box, asked of
+    the search index (bounded: one page of hits); each opens the tree's window around it."""
+    if not query.tree_q:
+        return {"tree_found": None}
+    ratelimit.rate_hit(request.user, "search")
+    try:
+        page = entry_search.entries_search(
+            request.user,
+            q=query.tree_q,
+            filters=entry_search.SearchFilters(session_id=session.id),
+            limit=TREE_FOUND_MAX,
+        )
+    except DomainError as exc:
+        return {"tree_found": [], "tree_found_error": str(exc)}
+    hits = [
+        {"hit": hit, "url": query.querystring(entry=hit.entry_id, tree_at=None)}
+        for hit in page.hits
+    ]
+    return {"tree_found": hits, "tree_found_more": page.next_cursor is not None}
 
 
 # A page's parts before rendering: the guest page of a share link
@@ -258,6 +285,10 @@ def page_response(
         return _render_live(request, session, query, base=base, adjust=adjust)
     if fragment == "trace-older":
         part = ("trace-older", trace_older_context)
+    elif fragment == "tree-more":
+        part = ("tree-rows", tree_more_context)
+    elif fragment == "tree-found" and base is None:
+        part = ("tree-found", lambda s, q: tree_found_context(request, s, q))
     elif fragment == "span" or target == "span-detail":
         part = ("span-detail", span_context)
     elif target in ("view", "view-body"):
@@ -705,19 +736,15 @@ def tree_context(session: Session, query: PageQuery) -> dict[str, Any]:
 
 
 def _tree_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:
-    window = selectors.tree_window(session, leaf, focus=query.entry, whole=query.tree)
-    part: dict[str, Any] = {
-        "tree": window.tree,
-        "subagents": subagent_children(session),
-        "tree_rows": window.rows,
-        "tree_above": window.above,
-        "tree_below": window.below,
-    }
-    if window.partial:
-        part["tree_partial"] = True
-    if window.whole_refused:
-        part["tree_whole_refused"] = tree_reads.TREE_WHOLE_LIMIT
+    part = tree_parts.tree_part(session, query, leaf)
+    part["subagents"] = subagent_children(session)
     return part
+
+
+def tree_more_context(session: Session, query: PageQuery) -> dict[str, Any]:
+    """The lines of one further window of the tree, in place of the link that named it."""
+    leaf = selectors.shown_leaf(session, query.leaf)
+    return tree_parts.tree_part(session, query, leaf, fragment=True)
 
 
 def _view_part(session: Session, query: PageQuery, leaf: str | None) -> dict[str, Any]:

@@ -691,6 +691,29 @@
     applyTreeFilter();
   });
 
+  // ---- tree: reading on ----------------------------------------------------------------
+
+  // A link of the tree that stands for another window (templates: tree-rows) is replaced by
+  // that window's lines. Opened from the keyboard, the focus goes on to the first of them,
+  // so that Tab keeps walking the tree where the link was.
+  var treeFocusAfter = null;
+  body.addEventListener("htmx:beforeSwap", function (evt) {
+    var elt = evt.detail.requestConfig && evt.detail.requestConfig.elt;
+    if (!elt || !elt.matches || !elt.matches("[data-tree-load]")) return;
+    var item = elt.closest("li");
+    treeFocusAfter = elt === document.activeElement && item
+      ? { list: item.parentNode, before: item.previousElementSibling }
+      : null;
+  });
+  body.addEventListener("htmx:afterSettle", function () {
+    var place = treeFocusAfter;
+    treeFocusAfter = null;
+    if (!place || !place.list) return;
+    var first = place.before ? place.before.nextElementSibling : place.list.firstElementChild;
+    var target = first && first.querySelector(".node-text, a");
+    if (target) target.focus();
+  });
+
   // ---- deep links: scroll the targeted entry into view -------------------------------------
 
   function focusTarget(root) {

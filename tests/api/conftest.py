@@ -85,9 +85,9 @@ def body_of(response: Any) -> Any:
 
 def tree_walk(api: Api, sid: Any, limit: int = 2000, query: str = "") -> tuple[list[dict], int]:
     """Every row the tree API gives from its first window on, following each cursor once
-    (the rows before, after, the path above, every subtree), and the bytes of all answers.
-    Rows come in reading order: earlier windows first, subtrees after the rows they hang
-    from."""
+    (the rows before, after, the path above, every subtree, an entry's further children,
+    the other roots), and the bytes of all answers. Rows come in reading order: earlier
+    windows first, subtrees and further children after the rows they hang from."""
     path = f"/sessions/{sid}/tree?limit={limit}{query}"
     size = 0
 
@@ -96,30 +96,35 @@ def tree_walk(api: Api, sid: Any, limit: int = 2000, query: str = "") -> tuple[l
         response = api.get(path + (f"&cursor={cursor}" if cursor else ""))
         assert response.status_code == 200, response.content[:300]
         size += len(response.content)
-        return body_of(response)
+        page = body_of(response)
+        assert len(page["nodes"]) <= limit
+        return page
 
-    def expand(rows: list[dict]) -> list[dict]:
+    def expand(page: dict) -> list[dict]:
         out: list[dict] = []
-        for row in rows:
+        for cursor in page.get("children_cursors", {}).values():
+            out.extend(down(cursor))
+        for row in page["nodes"]:
             out.append(row)
-            if row["subtree_cursor"]:
-                out.extend(down(row["subtree_cursor"]))
-        return out
+            for key in ("subtree_cursor", "children_cursor"):
+                if row.get(key):
+                    out.extend(down(row[key]))
+        return out + down(page.get("roots_cursor"))
 
     def down(cursor: str | None) -> list[dict]:
         rows: list[dict] = []
         while cursor:
             page = fetch(cursor)
-            rows.extend(expand(page["nodes"]))
+            rows.extend(expand(page))
             cursor = page["next_cursor"]
         return rows
 
     first = fetch(None)
-    rows = expand(first["nodes"])
+    rows = expand(first)
     cursor = first["previous_cursor"]
     while cursor:
         page = fetch(cursor)
-        rows = expand(page["nodes"]) + rows
+        rows = expand(page) + rows
         cursor = page["previous_cursor"]
     return rows + down(first["next_cursor"]), size
 

@@ -87,6 +87,25 @@ def part(html: str, start: str, end: str) -> str:
     return html[html.index(start) : html.index(end)]
 
 
+def tree_ids(user: Any, session: Session, html: str) -> list[str]:
+    """The ids of the page tree's rows, each folded run of a long stretch opened as a click
+    on it does (its window's rows, asked for by htmx)."""
+    client = Client()
+    client.force_login(user)
+    found: list[str] = []
+    tree = part(html, 'id="tree"', 'id="main"')
+    for piece in re.split(r'(<li class="tree-load [^"]*load-run.*?</li>)', tree, flags=re.S):
+        run = re.search(r'hx-get="([^"]+)"', piece) if "load-run" in piece else None
+        if run is None:
+            found += ids_in(piece, "node")
+            continue
+        url = reverse("session", args=[session.id]) + run.group(1).replace("&amp;", "&")
+        opened = client.get(url, HTTP_HX_REQUEST="true")
+        assert opened.status_code == 200
+        found += ids_in(opened.content.decode(), "node")
+    return found
+
+
 # --- the same answer -----------------------------------------------------------------------
 
 
@@ -121,12 +140,13 @@ def test_the_tree_is_the_pages_window(
     def both(query: str = "") -> tuple[list[str], dict]:
         html = page_html(alice, long_talk, query)
         tree = body_of(as_alice.get(f"/sessions/{long_talk.id}/tree"))
-        return ids_in(part(html, 'id="tree"', 'id="main"'), "node"), tree
+        return tree_ids(alice, long_talk, html), tree
 
     shown, tree = both()
     assert [n["id"] for n in tree["nodes"]] == shown and len(shown) == selectors.TREE_ROWS
     assert not tree["partial"] and tree["rows_above"] + len(shown) == tree["node_count"]
-    assert f"{tree['rows_above']} entries above" in page_html(alice, long_talk)
+    html = page_html(alice, long_talk)
+    assert f"{tree['rows_above']} entries above" in html and "load-run" in html
     # A large session: both draw the end of the branch and the branches that leave it.
     monkeypatch.setattr(tree_selectors, "TREE_FULL_LIMIT", 100)
     shown, tree = both()

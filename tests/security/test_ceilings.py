@@ -9,8 +9,8 @@ holds ~10.8 MB (twelve messages of 900 KB, past the 8 MiB of `STRAND_WHOLE_READ_
   entry, however large, read a page at a time;
 - another user is served meanwhile.
 
-The whole tree's ceiling (TREE_WHOLE_LIMIT, 20,000 entries; past it a window near the branch,
-which says so) is checked in-process with a small limit: the 200k-entry import that once drew
+The whole tree (`?tree=1`) is a window that reads on, near the branch past TREE_FULL_LIMIT
+entries: checked in-process with small limits, since the 200k-entry import that once drew
 89 MB takes minutes to make.
 """
 
@@ -31,6 +31,7 @@ from sessions_app.services import tokens
 from tests.api.conftest import user_msg
 from tests.api.test_page_bytes import filled
 from tests.security.daphne_child import port_for, resident_kb, serving
+from tests.web.tree_reading import read_with_htmx
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,19 +169,17 @@ def test_the_pages_whole_reads_stop_at_the_ceiling(
     # The tree holds a line of each entry, whatever its size: drawn whole, in a few KB.
     tree = http.get(base + "?tree=1", timeout=60)
     assert tree.status_code == 200 and len(tree.content) < MB
-    assert 'id="tree-ceiling"' not in tree.text
     assert tree.text.count('class="node ') == COUNT
 
     plain = http.get(base, timeout=60)  # the default page: one page budget of messages
     assert plain.status_code == 200 and len(plain.content) < 3 * MB
 
 
-def test_the_whole_tree_past_its_entry_ceiling_is_drawn_near_the_branch(
+def test_the_whole_tree_of_a_large_session_is_a_window_that_reads_on(
     alice: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sessions_app.selectors import tree as tree_selectors
 
-    monkeypatch.setattr(tree_selectors, "TREE_WHOLE_LIMIT", 20)
     monkeypatch.setattr(tree_selectors, "TREE_FULL_LIMIT", 10)
     monkeypatch.setattr(tree_selectors, "TREE_ROWS", 10)
     session = services.session_create(owner=alice, title="many entries")
@@ -191,9 +190,7 @@ def test_the_whole_tree_past_its_entry_ceiling_is_drawn_near_the_branch(
     html = client.get(f"/sessions/{session.id}/?tree=1").content.decode()
 
     tree = html[html.index('id="tree"') : html.index('id="view"')]
-    assert 'id="tree-ceiling"' in tree and "more than 20 entries" in tree
     assert tree.count('class="node ') == 5  # the path's last TREE_ROWS/2 entries
-
-    monkeypatch.setattr(tree_selectors, "TREE_WHOLE_LIMIT", 40)
-    whole = client.get(f"/sessions/{session.id}/?tree=1").content.decode()
-    assert 'id="tree-ceiling"' not in whole and whole.count('class="node ') == 30
+    assert "25 earlier entries of this branch" in tree and 'data-tree-load="previous"' in tree
+    whole = read_with_htmx(client, session)
+    assert len(whole.ids) == len(set(whole.ids)) == 30

@@ -16,6 +16,7 @@ from sessions_app import store
 from sessions_app.models import Entry, Session, SessionDeletion
 from sessions_app.services import demo
 from tests.web.conftest import HOSTILE, client_for, conversation, message
+from tests.web.tree_reading import read_with_htmx
 
 pytestmark = pytest.mark.django_db
 
@@ -424,9 +425,13 @@ def test_long_branches_are_drawn_by_window(alice: User, monkeypatch: pytest.Monk
     html = client.get(page(session)).content.decode()
     assert "Show 60 earlier entries of this branch" in html
     assert "question 29" not in html.split('id="chat"')[1] and "question 39" in html
-    assert html.count('class="node ') == 30 and "50 entries above" in html
+    # The window's 30 rows: the first and last of the line, a run of the 28 between.
+    assert html.count('class="node ') == 2 and "28 entries" in html and "50 entries above" in html
     everything = client.get(page(session, "?all=1&tree=1")).content.decode()
-    assert everything.count('class="msg user') == 40 and everything.count('class="node ') == 80
+    assert everything.count('class="msg user') == 40
+    # The whole tree is read on from there, a window at a time, each entry once.
+    whole = read_with_htmx(client, session, "?tree=1")
+    assert len(whole.ids) == len(set(whole.ids)) == 80 and {"previous", "run"} <= whole.kinds
     first = Entry.objects.filter(session=session).order_by("seq").first()
     assert first is not None
     linked = client.get(page(session, f"?entry={first.entry_id}")).content.decode()
@@ -452,5 +457,8 @@ def test_a_large_tree_is_drawn_near_the_branch_shown(
     assert tree.count('class="node ') == 10 + 1  # the path's end and the branch it left
     assert "earlier entries of this branch" in tree and "a side branch" in tree
     assert ">a28<" in tree and ">q29<" not in tree  # only the first entry of that branch
-    whole = client_for(alice).get(page(session, "?tree=1")).content.decode()
-    assert whole.count('class="node ') == 61
+    whole = read_with_htmx(client_for(alice), session)
+    assert sorted(whole.ids) == sorted(
+        Entry.objects.filter(session=session).values_list("entry_id", flat=True)
+    )
+    assert len(whole.ids) == 61 and {"previous", "below"} <= whole.kinds
