@@ -137,12 +137,14 @@ def tree_get(request: HttpRequest, session_id: uuid.UUID, page: Query[TreeIn]) -
     cursors read the rows before and after, the path above, or the entries below a row
     (`subtree_cursor`), always of the tree as it stood at the first window."""
     session = access.session_for(auth_user(request), session_id)
+    # The page's own window when no limit is asked, as the selectors define it now.
+    limit = page.limit or selectors.tree.TREE_ROWS
     if page.cursor:
-        window = _tree_at_cursor(session, page.cursor, page.limit)
+        window = _tree_at_cursor(session, page.cursor, limit)
     else:
         leaf = leaf_or_current(session, page.leaf)
-        window = selectors.tree_window(session, leaf, focus=page.entry, rows=page.limit)
-    return _tree_answer(window, page.limit)
+        window = selectors.tree_window(session, leaf, focus=page.entry, rows=limit)
+    return _tree_answer(window, limit)
 
 
 def _tree_at_cursor(session: Session, cursor: str, limit: int) -> selectors.TreeWindow:

@@ -435,7 +435,9 @@ class TreeIn(LeafQueryIn):
     entry: str | None = Field(
         None, max_length=ENTRY_ID_MAX, description="The rows around this entry (default: the leaf)"
     )
-    limit: int = Field(TREE_ROWS, ge=1, le=TREE_PAGE_MAX, description="Rows in this page")
+    limit: int | None = Field(
+        None, ge=1, le=TREE_PAGE_MAX, description=f"Rows in this page (default {TREE_ROWS})"
+    )
     cursor: str | None = Field(
         None,
         max_length=CURSOR_MAX,
