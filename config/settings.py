@@ -362,3 +362,11 @@ STRAND_WORKSPACE_MAX_WRITE_BYTES = int(
     os.environ.get("STRAND_WORKSPACE_MAX_WRITE_BYTES", str(1024 * 1024))
 )
 STRAND_WORKSPACE_MAX_DEPTH = int(os.environ.get("STRAND_WORKSPACE_MAX_DEPTH", "32"))
+# Background jobs (`bash` with background=true): at most so many running at once per session,
+# per user (across processes) and per server process; each runs at most STRAND_JOB_WALL_S
+# seconds and keeps at most STRAND_JOB_OUTPUT_BYTES of its output (head and tail).
+STRAND_MAX_JOBS_PER_SESSION = int(os.environ.get("STRAND_MAX_JOBS_PER_SESSION", "4"))
+STRAND_MAX_JOBS_PER_USER = int(os.environ.get("STRAND_MAX_JOBS_PER_USER", "8"))
+STRAND_MAX_JOBS_PER_PROCESS = int(os.environ.get("STRAND_MAX_JOBS_PER_PROCESS", "32"))
+STRAND_JOB_WALL_S = float(os.environ.get("STRAND_JOB_WALL_S", "600"))
+STRAND_JOB_OUTPUT_BYTES = int(os.environ.get("STRAND_JOB_OUTPUT_BYTES", str(32 * 1024)))

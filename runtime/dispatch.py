@@ -31,7 +31,7 @@ from runtime.messages import message_entry, tool_result_message
 from runtime.ports import NewFact
 from runtime.providers.base import ToolCallRequest
 from runtime.run import Delta, DeltaSink, Run
-from runtime.tools import Toolbox, ToolOutcome, check_arguments
+from runtime.tools import CallSite, Toolbox, ToolOutcome, check_arguments
 from runtime.workspace import WorkspaceRecorder
 
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
@@ -224,6 +224,7 @@ class ToolDispatch:
                     p.call.arguments,
                     feeds[index].write if index in feeds else None,
                     stops[index],
+                    CallSite(p.call.call_id, turn, step),
                 )
             )
             for index, p in enumerate(plans)

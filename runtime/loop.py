@@ -91,6 +91,20 @@ class Opening:
         return cls(facts)
 
     @classmethod
+    def job(cls, item: InboxItem) -> Opening:
+        """`turn/start` (trigger job) and a background job's notice, claimed from the inbox
+        where the job's end queued it while no turn ran (`runtime.jobs`)."""
+
+        def facts(turn: int, _: str | None) -> list[NewFact]:
+            return [
+                NewFact("turn/start", {"turn": turn, "trigger": "job"}, turn=turn),
+                NewFact("inbox/claimed", {"inbox_id": item.inbox_id}, turn=turn),
+                _user_fact(item.text, turn, None),
+            ]
+
+        return cls(facts)
+
+    @classmethod
     def retry(cls, failed_entry_id: str, point: str | None) -> Opening:
         """`turn/start` (trigger retry) and the leaf moved back to `point`, where the
         failed reply was asked from; the turn's first request is built from there."""

@@ -120,6 +120,16 @@ class SessionLog(Protocol):
         when the session's owner or this process has as many turns open as allowed."""
         ...
 
+    async def admit_job(self, session_id: str, job_id: str) -> TurnLock:
+        """The lock of a background job about to start (held while it runs, dropped with
+        this process) and a place for it among its owner's jobs, or a refusal (with its
+        reason) when the owner runs as many jobs as allowed."""
+        ...
+
+    async def try_job_lock(self, session_id: str, job_id: str) -> TurnLock | None:
+        """Take a job's lock, or None while the process running the job holds it."""
+        ...
+
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         """Return when events after `after_seq` may exist, or after `timeout` seconds."""
         ...

@@ -68,3 +68,19 @@ def sessions_with_open_turn() -> list[str]:
             """
         )
         return [str(row[0]) for row in cur.fetchall()]
+
+
+def sessions_with_open_jobs() -> list[str]:
+    """Every session with a background job that started and has not ended."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT DISTINCT started.session_id FROM sessions_app_event started
+            WHERE started.type = 'job/started' AND NOT EXISTS (
+                SELECT 1 FROM sessions_app_event ended
+                WHERE ended.session_id = started.session_id AND ended.type = 'job/ended'
+                  AND ended.data->>'job_id' = started.data->>'job_id'
+            )
+            """
+        )
+        return [str(row[0]) for row in cur.fetchall()]
