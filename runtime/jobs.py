@@ -130,15 +130,19 @@ class JobRegistry:
         return [job for (sid, _), job in self.jobs.items() if sid == session_id]
 
     async def stop_all(self, timeout: float = 10.0) -> None:
-        """Kill every job of this process and wait for their ends to be written."""
+        """Kill every job of this process and wait for their ends to be written (no turn
+        is started for their notices meanwhile)."""
         self.stopping = True
-        jobs = list(self.jobs.values())
-        for job in jobs:
-            job.killed = True
-            job.cancel.set()
-        tasks = [job.task for job in jobs if job.task is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
+        try:
+            jobs = list(self.jobs.values())
+            for job in jobs:
+                job.killed = True
+                job.cancel.set()
+            tasks = [job.task for job in jobs if job.task is not None]
+            if tasks:
+                await asyncio.wait(tasks, timeout=timeout)
+        finally:
+            self.stopping = False
 
     # --- recovery ------------------------------------------------------------------------
 
