@@ -296,9 +296,7 @@ class SessionJobs:
         except Exception as exc:  # the store's cap on its owner's jobs, with its reason
             raise _Refused(JOBS_CAPPED, str(exc)) from None
         try:
-            job = _Job(
-                self.sid, job_id, command, site.call_id, site.turn, datetime.now(UTC), wall
-            )
+            job = _Job(self.sid, job_id, command, site.call_id, site.turn, datetime.now(UTC), wall)
             data = {
                 "job_id": job_id,
                 "command": command,
@@ -334,8 +332,12 @@ class SessionJobs:
                 done = await asyncio.get_running_loop().run_in_executor(
                     _job_threads(),
                     partial(
-                        sandbox.run, job.command, root, limits,
-                        cancel=job.cancel, on_output=job.add_output,
+                        sandbox.run,
+                        job.command,
+                        root,
+                        limits,
+                        cancel=job.cancel,
+                        on_output=job.add_output,
                     ),
                 )
                 ended = _ended_data(job, done)
@@ -368,8 +370,9 @@ class SessionJobs:
             files = WorkspaceRecorder(self.log, self.sid, self.cwd, self.quota)
             snapshot = await files.after_job(job.call_id, job.job_id)
         except Exception as exc:
-            log.warning("session %s: job %s: folder left to the next turn: %s",
-                        self.sid, job.job_id, exc)
+            log.warning(
+                "session %s: job %s: folder left to the next turn: %s", self.sid, job.job_id, exc
+            )
         notice = notice_text(job.job_id, job.command, ended)
         job.ended = ended
         woke: list[bool] = []
@@ -409,9 +412,7 @@ class SessionJobs:
 
         await self._append_at_head_async(wrapped)
 
-    async def _append_at_head_async(
-        self, facts: Callable[[int], Awaitable[list[NewFact]]]
-    ) -> None:
+    async def _append_at_head_async(self, facts: Callable[[int], Awaitable[list[NewFact]]]) -> None:
         while True:
             head = await self.log.head(self.sid)
             batch = await facts(head.last_seq)
@@ -444,8 +445,7 @@ class SessionJobs:
         ended = job.ended if job is not None else await self._ended(job_id)
         if ended is None:
             return ToolOutcome(
-                f"{job_id} is running in another server process; its output comes with its "
-                "end",
+                f"{job_id} is running in another server process; its output comes with its end",
                 details={"job_id": job_id, "status": "running"},
             )
         return ToolOutcome(
@@ -481,9 +481,7 @@ class SessionJobs:
                     f"{job_id} has already ended ({_status(ended)})",
                     details={"job_id": job_id, "status": str(ended.get("reason"))},
                 )
-            raise _Refused(
-                NO_SUCH_JOB, f"{job_id} is not a running job of this server process"
-            )
+            raise _Refused(NO_SUCH_JOB, f"{job_id} is not a running job of this server process")
         job.killed = True
         job.cancel.set()
         with contextlib.suppress(TimeoutError):

@@ -91,9 +91,7 @@ class Recovery:
                 return f"session {self.session_id}: no open turn{jobs}"
             return f"session {self.session_id}: nothing to recover"
         if self.status == "running":
-            return (
-                f"session {self.session_id}: a live process is running it; left as it is{jobs}"
-            )
+            return f"session {self.session_id}: a live process is running it; left as it is{jobs}"
         parts = []
         if self.unknown:
             parts.append(f"{self.unknown} tool result(s) TOOL_OUTCOME_UNKNOWN")

@@ -103,9 +103,18 @@ def test_a_background_job_answers_at_once_and_its_end_reaches_the_inbox(
     listed = results(converse(as_alice, session, "list jobs, job output bash-1"))
     assert listed[0][0] == "job_list" and listed[0][2].startswith("bash-1  exit 0  sleep 1")
     assert listed[1][0] == "job_output" and "done" in listed[1][2]
-    # The API's chat shows the notice as the input of turn 2.
+    # The API's chat shows the notice as the job's, the trace the job under turn 1, from
+    # its start to its end, with its output.
     chat = body_of(as_alice.get(f"/sessions/{session.id}/views/chat"))
-    assert "[job bash-1 ended: exit 0" in str(chat)
+    [notice] = [item for item in chat["items"] if item.get("job_id")]
+    assert notice["job_id"] == "bash-1" and notice["text"].startswith("[job bash-1 ended")
+    trace = body_of(as_alice.get(f"/sessions/{session.id}/views/trace"))
+    first = trace["spans"][0]
+    [job] = [span for span in first["children"] if span["kind"] == "job"]
+    assert job["key"] == "job-bash-1" and job["status"] == "ok"
+    assert job["start_seq"] == started.seq and job["end_seq"] == ended.seq
+    assert job["end"] > first["end"]  # it ran on after its turn
+    assert ["output", "done\n"] in job["outputs"] and ["exit_code", 0] in job["outputs"]
 
 
 def test_a_killed_job_ends_as_killed_and_the_running_turn_reads_its_notice(
