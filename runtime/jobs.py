@@ -51,12 +51,11 @@ from projections.turns import TURN_MARKERS, is_open
 from runtime import sandbox
 from runtime.config import JobLimits
 from runtime.log_cache import new_inbox_id
-from runtime.ports import NewFact, SeqConflict, SessionLog, TurnLock
+from runtime.ports import JobFact, NewFact, SeqConflict, SessionLog, TurnLock
 from runtime.tools import CallSite, Tool, ToolOutcome, WorkspaceQuota
 
 log = logging.getLogger("strand.runtime")
 
-JOB_EVENTS = ("job/started", "job/ended")
 JOB_TOOL_NAMES = ("job_output", "job_list", "job_kill")
 JOBS_CAPPED = "JOBS_CAPPED"
 NO_SUCH_JOB = "NO_SUCH_JOB"
@@ -165,13 +164,16 @@ class JobRegistry:
     async def _close_lost(self, session_id: str, job_id: str) -> int:
         while True:
             head = await self.log.head(session_id)
-            started = await self._started(session_id, job_id)
-            if started is None or job_id not in await self._open_jobs(session_id):
+            facts = await self.log.job_facts(session_id)
+            started = next(
+                (f for f in facts if f.type == "job/started" and f.job_id == job_id), None
+            )
+            if started is None or job_id not in open_jobs(facts):
                 return 0  # closed meanwhile by someone else
             data: dict[str, Any] = {
                 "job_id": job_id,
                 "reason": "lost",
-                "turn": started.data.get("turn"),
+                "turn": started.turn,
                 "output": "",
             }
             try:
@@ -182,35 +184,29 @@ class JobRegistry:
             return 1
 
     async def _open_jobs(self, session_id: str) -> list[str]:
-        return open_jobs(await self.log.events_of_types(session_id, JOB_EVENTS))
-
-    async def _started(self, session_id: str, job_id: str) -> EventRecord | None:
-        for event in await self.log.events_of_types(session_id, ("job/started",)):
-            if event.data.get("job_id") == job_id:
-                return event
-        return None
+        return open_jobs(await self.log.job_facts(session_id))
 
 
-def open_jobs(events: Sequence[EventRecord]) -> list[str]:
-    """The ids of the jobs started and not ended among `events`, oldest first."""
+def open_jobs(facts: Sequence[JobFact]) -> list[str]:
+    """The ids of the jobs started and not ended among `facts`, oldest first."""
     started: dict[str, int] = {}
-    for event in sorted(events, key=lambda e: e.seq):
-        job_id = str(event.data.get("job_id"))
-        if event.type == "job/started":
-            started[job_id] = event.seq
-        elif event.type == "job/ended":
-            started.pop(job_id, None)
+    for fact in sorted(facts, key=lambda f: f.seq):
+        if fact.type == "job/started":
+            started[fact.job_id] = fact.seq
+        elif fact.type == "job/ended":
+            started.pop(fact.job_id, None)
     return list(started)
 
 
-def _next_number(events: Sequence[EventRecord]) -> int:
+def next_job_id(facts: Sequence[JobFact]) -> str:
+    """`bash-N`, N one more than the highest number a job of the session was given."""
     numbers = [0]
-    for event in events:
-        if event.type == "job/started":
-            _, _, n = str(event.data.get("job_id")).rpartition("-")
+    for fact in facts:
+        if fact.type == "job/started":
+            _, _, n = fact.job_id.rpartition("-")
             if n.isdigit():
                 numbers.append(int(n))
-    return max(numbers) + 1
+    return f"bash-{max(numbers) + 1}"
 
 
 class SessionJobs:
@@ -280,8 +276,8 @@ class SessionJobs:
                 f"this server process runs {cap} background jobs already, as many as it may; "
                 "wait for one to end or kill one (job_kill)",
             )
-        events = await self.log.events_of_types(self.sid, JOB_EVENTS)
-        running = open_jobs(events)
+        facts = await self.log.job_facts(self.sid)
+        running = open_jobs(facts)
         cap = self.limits.per_session
         if cap and len(running) >= cap:
             raise _Refused(
@@ -290,7 +286,7 @@ class SessionJobs:
                 f"{', '.join(running)} are running; wait for one (job_output with wait) or "
                 "kill one (job_kill)",
             )
-        job_id = f"bash-{_next_number(events)}"
+        job_id = next_job_id(facts)
         try:
             place = await self.log.admit_job(self.sid, job_id)
         except Exception as exc:  # the store's cap on its owner's jobs, with its reason
@@ -454,18 +450,17 @@ class SessionJobs:
         )
 
     async def list(self) -> ToolOutcome:
-        events = await self.log.events_of_types(self.sid, JOB_EVENTS)
-        ended = {str(e.data.get("job_id")): e.data for e in events if e.type == "job/ended"}
-        started = [e for e in events if e.type == "job/started"]
+        facts = await self.log.job_facts(self.sid)
+        ended = {f.job_id: f for f in facts if f.type == "job/ended"}
+        started = [f for f in facts if f.type == "job/started"]
         if not started:
             return ToolOutcome("No background jobs in this session.", details={"jobs": []})
         lines, rows = [], []
-        for event in sorted(started, key=lambda e: -e.seq)[:LIST_MAX]:
-            job_id = str(event.data.get("job_id"))
-            end = ended.get(job_id)
-            status = "running" if end is None else _status(end)
-            lines.append(f"{job_id}  {status}  {event.data.get('command')}")
-            rows.append({"job_id": job_id, "status": status})
+        for fact in sorted(started, key=lambda f: -f.seq)[:LIST_MAX]:
+            end = ended.get(fact.job_id)
+            status = "running" if end is None else _status(_end_data(end))
+            lines.append(f"{fact.job_id}  {status}  {fact.command}")
+            rows.append({"job_id": fact.job_id, "status": status})
         more = len(started) - len(rows)
         if more > 0:
             lines.append(f"[{more} older jobs not shown]")
@@ -493,17 +488,17 @@ class SessionJobs:
 
     async def _ended(self, job_id: str) -> dict[str, Any] | None:
         """The `job/ended` data of a job of the session; `NO_SUCH_JOB` for an unknown id."""
-        events = await self.log.events_of_types(self.sid, JOB_EVENTS)
-        known = False
-        for event in events:
-            if event.data.get("job_id") != job_id:
-                continue
-            known = True
-            if event.type == "job/ended":
-                return dict(event.data)
-        if not known:
+        ended = await self.log.job_ended(self.sid, job_id)
+        if ended is not None:
+            return dict(ended.data)
+        facts = await self.log.job_facts(self.sid)
+        if not any(f.job_id == job_id for f in facts):
             raise _Refused(NO_SUCH_JOB, f"there is no job {job_id} in this session")
         return None
+
+
+def _end_data(fact: JobFact) -> dict[str, Any]:
+    return {"reason": fact.reason, "exit_code": fact.exit_code, "signal": fact.signal}
 
 
 class _Refused(Exception):

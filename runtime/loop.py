@@ -237,7 +237,8 @@ class TurnRunner:
             follow_up = self._next_follow_up() if ended.reason != "aborted" else None
             if follow_up is None:
                 return self.run.ended
-            turn = await self.start(Opening.follow_up(follow_up))
+            opening = Opening.job if follow_up.job_id else Opening.follow_up
+            turn = await self.start(opening(follow_up))
 
     def _next_follow_up(self) -> InboxItem | None:
         items = [i for i in self.cache.pending.values() if i.target == "next_turn"]
@@ -312,8 +313,11 @@ class TurnRunner:
         def closing(_: int) -> list[NewFact]:
             facts = []
             # Input meant for a turn that stopped early is dropped: cancelling drops
-            # everything queued, an error drops the steering for this turn.
+            # everything queued, an error drops the steering for this turn. A background
+            # job's notice is not the user's to drop: the next turn's first step takes it.
             for item in sorted(self.cache.pending.values(), key=lambda i: i.seq):
+                if item.job_id is not None:
+                    continue
                 if reason == "aborted" or (reason != "completed" and item.target == "next_step"):
                     facts.append(
                         NewFact(

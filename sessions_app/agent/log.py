@@ -9,7 +9,7 @@ from typing import Protocol
 from projections.chat import NOT_STARTED, OUTCOME_UNKNOWN
 from projections.records import EntryRecord, EventRecord
 from runtime import NotFound
-from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
+from runtime.ports import Appended, JobFact, NewFact, SeqConflict, SessionHead, SessionSetup
 from sessions_app import presets, store, workspaces
 from sessions_app.agent.admission import JobPlace, PlaceHolder, TurnPlace
 from sessions_app.agent.lock import PgTurnLock
@@ -151,6 +151,12 @@ class PostgresLog:
 
     async def try_job_lock(self, session_id: str, job_id: str) -> PgTurnLock | None:
         return await self._engine.db(PgTurnLock.try_take_job, self._engine, session_id, job_id)
+
+    async def job_facts(self, session_id: str) -> list[JobFact]:
+        return await self._engine.db(reads.job_facts, session_id)
+
+    async def job_ended(self, session_id: str, job_id: str) -> EventRecord | None:
+        return await self._engine.db(reads.job_ended, session_id, job_id)
 
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         await self._engine.wait_for_events(session_id, after_seq, timeout)

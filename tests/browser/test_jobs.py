@@ -69,5 +69,7 @@ def test_kill_job_stops_it_and_the_running_turn_reads_its_notice(signed_in: Page
     chat = page.locator("#chat")
     notice = chat.locator(".msg.job-notice[data-job=bash-1]")
     expect(notice).to_contain_text("[job bash-1 ended: killed")
-    expect(chat.locator(".msg.assistant[data-entry]").last).to_contain_text("Noted: background job bash-1")
+    expect(chat.locator(".msg.assistant[data-entry]").last).to_contain_text(
+        "Noted: background job bash-1"
+    )
     screenshot(page, "jobs-03-killed")

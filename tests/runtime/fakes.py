@@ -14,7 +14,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from projections.records import EntryRecord, EventRecord
-from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
+from runtime.ports import (
+    JOB_COMMAND_SHOWN,
+    Appended,
+    JobFact,
+    NewFact,
+    SeqConflict,
+    SessionHead,
+    SessionSetup,
+)
 from sessions_app import events as vocab
 
 
@@ -186,6 +194,28 @@ class FakeLog:
         lock = await self.try_job_lock(session_id, job_id)
         assert lock is not None
         return lock
+
+    async def job_facts(self, session_id: str) -> list[JobFact]:
+        events = await self.events_of_types(session_id, ("job/started", "job/ended"))
+        return [
+            JobFact(
+                e.seq,
+                e.type,
+                str(e.data.get("job_id")),
+                e.turn,
+                str(e.data.get("command") or "")[:JOB_COMMAND_SHOWN],
+                e.data.get("reason"),
+                e.data.get("exit_code"),
+                e.data.get("signal"),
+            )
+            for e in events
+        ]
+
+    async def job_ended(self, session_id: str, job_id: str) -> EventRecord | None:
+        for e in await self.events_of_types(session_id, ("job/ended",)):
+            if e.data.get("job_id") == job_id:
+                return e
+        return None
 
     async def try_job_lock(self, session_id: str, job_id: str) -> FakeJobLock | None:
         key = (session_id, job_id)
