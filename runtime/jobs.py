@@ -125,9 +125,6 @@ class JobRegistry:
     ) -> SessionJobs:
         return SessionJobs(self, session_id, cwd, limits, quota, wake)
 
-    def running(self, session_id: str) -> list[_Job]:
-        return [job for (sid, _), job in self.jobs.items() if sid == session_id]
-
     async def stop_all(self, timeout: float = 10.0) -> None:
         """Kill every job of this process and wait for their ends to be written (no turn
         is started for their notices meanwhile)."""

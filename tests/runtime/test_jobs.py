@@ -37,7 +37,7 @@ def test_a_running_jobs_output_so_far_then_kill(tmp_path: Path) -> None:
     log = FakeLog()
     sid = log.create({"name": "offline"}, str(tmp_path))
 
-    async def scenario() -> tuple[str, str, str, list[str]]:
+    async def scenario() -> tuple[str, str, str, list[tuple[str, str]]]:
         registry = JobRegistry(log)
         jobs = registry.bind(sid, str(tmp_path), JobLimits(), WorkspaceQuota())
         command = "echo tick 1; sleep 60"
