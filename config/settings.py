@@ -386,3 +386,12 @@ STRAND_OTLP_TIMEOUT_S = float(os.environ.get("STRAND_OTLP_TIMEOUT_S", "10"))
 # The wait after a failed push doubles from STRAND_OTLP_BACKOFF_S up to _MAX_S.
 STRAND_OTLP_BACKOFF_S = float(os.environ.get("STRAND_OTLP_BACKOFF_S", "1"))
 STRAND_OTLP_BACKOFF_MAX_S = float(os.environ.get("STRAND_OTLP_BACKOFF_MAX_S", "60"))
+
+# Background jobs (`bash` with background=true): at most so many running at once per session,
+# per user (across processes) and per server process; each runs at most STRAND_JOB_WALL_S
+# seconds and keeps at most STRAND_JOB_OUTPUT_BYTES of its output (head and tail).
+STRAND_MAX_JOBS_PER_SESSION = int(os.environ.get("STRAND_MAX_JOBS_PER_SESSION", "4"))
+STRAND_MAX_JOBS_PER_USER = int(os.environ.get("STRAND_MAX_JOBS_PER_USER", "8"))
+STRAND_MAX_JOBS_PER_PROCESS = int(os.environ.get("STRAND_MAX_JOBS_PER_PROCESS", "32"))
+STRAND_JOB_WALL_S = float(os.environ.get("STRAND_JOB_WALL_S", "600"))
+STRAND_JOB_OUTPUT_BYTES = int(os.environ.get("STRAND_JOB_OUTPUT_BYTES", str(32 * 1024)))

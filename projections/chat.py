@@ -14,6 +14,7 @@ after its last visible item).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -140,6 +141,9 @@ class UserItem:
     text: str
     images: tuple[ImageRef, ...]
     parent_id: str | None
+    # Set when the message is a background job's notice, claimed from the inbox (the
+    # job's id), not something the user wrote.
+    job_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,16 +407,31 @@ class _EventFacts:
     turn_ends: dict[int, EventRecord] = field(default_factory=dict)
     faults: dict[str, Any] = field(default_factory=dict)  # reply entry id → recorded fault
     dispatched: set[str] = field(default_factory=set)  # call ids a tool/call started
+    notices: dict[str, str] = field(default_factory=dict)  # user entry id → job id
 
     @classmethod
     def collect(cls, events: Iterable[EventRecord]) -> _EventFacts:
         facts = cls()
         approval_calls: dict[str, str] = {}
         open_turn: int | None = None
+        job_inbox: dict[str, str] = {}  # inbox id → job id, of job notices
+        job_turn = False  # the open turn was started by a job's end (trigger job)
+        claimed_job: str | None = None  # the job whose notice the next user message is
         for event in sorted(events, key=lambda e: e.seq):
             data = event.data
+            if event.type == "inbox/queued" and data.get("job_id"):
+                job_inbox[str(data.get("inbox_id"))] = str(data.get("job_id"))
+            elif event.type == "inbox/claimed":
+                claimed_job = job_inbox.get(str(data.get("inbox_id")))
+                if claimed_job is None and job_turn:
+                    claimed_job = ""  # queued outside the events given: named by its text
+            elif event.type == "user/message" and claimed_job is not None:
+                if event.entry_id:
+                    facts.notices[event.entry_id] = claimed_job or _notice_job(data)
+                claimed_job = None
             if event.type == "turn/start":
                 open_turn = _turn_number(event)
+                job_turn = data.get("trigger") == "job"
             turn = event.turn if event.turn is not None else open_turn
             if event.entry_id is not None and turn is not None:
                 facts.entry_turns[event.entry_id] = turn
@@ -435,6 +454,18 @@ class _EventFacts:
                     facts.turn_ends[number] = event
                 open_turn = None
         return facts
+
+
+_NOTICE = re.compile(r"^\[job (\S+) ended")
+
+
+def _notice_job(data: Mapping[str, Any]) -> str:
+    """The job a notice's text names (`runtime.jobs.notice_text`), or "job"."""
+    entry = data.get("entry")
+    message = entry.get("message") if isinstance(entry, Mapping) else None
+    content = message.get("content") if isinstance(message, Mapping) else None
+    found = _NOTICE.match(content_text(content))
+    return found.group(1) if found else "job"
 
 
 def tool_facts(events: Iterable[EventRecord]) -> tuple[dict[str, str], dict[str, str]]:
@@ -687,6 +718,7 @@ def _message_item(entry: EntryRecord, builder: _Builder) -> ChatItem | None:
             text=content_text(message.get("content")),
             images=content_images(message.get("content")),
             parent_id=entry.parent_id,
+            job_id=builder.facts.notices.get(entry.id),
         )
     if role == "assistant":
         return _assistant_item(entry, message, builder)

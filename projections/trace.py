@@ -69,7 +69,8 @@ _RECOVERY_CODES = frozenset({OUTCOME_UNKNOWN, NOT_STARTED})
 class TraceSpan:
     """One bar of the timeline.
 
-    `kind`: turn, step, request, tool, approval, input, compaction, and for Pi 1.6's
+    `kind`: turn, step, request, tool, approval, input, compaction, job (a background
+    job, under the turn that started it, running on past its end), and for Pi 1.6's
     entries context_edit, usage, system; `outside` holds such entries added outside any
     turn (its `turn` is None, as theirs). `status`: ok, running,
     error, aborted, max_tokens, interrupted, waiting (for approval), pending (requested,
@@ -209,6 +210,14 @@ class _Turn:
 
 
 @dataclass
+class _Job:
+    """A background job: its `job/started` and, once it ended, its `job/ended`."""
+
+    started: EventRecord | None = None
+    ended: EventRecord | None = None
+
+
+@dataclass
 class _Fold:
     turns: dict[int, _Turn] = field(default_factory=dict)
     headers: dict[int, Mapping[str, Any]] = field(default_factory=dict)  # seq → data
@@ -216,6 +225,7 @@ class _Fold:
     approvals: dict[str, _Approval] = field(default_factory=dict)
     open_turn: int | None = None
     open_step: dict[int, int] = field(default_factory=dict)  # turn → open step number
+    jobs: dict[str, _Job] = field(default_factory=dict)  # job id → its facts
 
 
 def project_trace(
@@ -240,6 +250,7 @@ def project_trace(
     starts = [row.span.start for row in rows]
     times = [event.time for turn in fold.turns.values() for event in turn.events]
     times += [event.time for event in marks]
+    times += [e.time for job in fold.jobs.values() for e in (job.started, job.ended) if e]
     seqs = [event.seq for event in (*ordered, *marks)]
     return TraceView(
         spans=spans,
@@ -307,6 +318,15 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _apply(fold: _Fold, event: EventRecord) -> None:
+    if event.type in _JOB_TYPES:
+        # A job outlives its turn: drawn under the turn that started it, from its start to
+        # its end (both facts carry that turn), never as part of a step.
+        job = fold.jobs.setdefault(str(event.data.get("job_id")), _Job())
+        if event.type == "job/started":
+            job.started = event
+        else:
+            job.ended = event
+        return
     if event.type == "request/header":
         fold.headers[event.seq] = event.data
     elif event.type == "inbox/queued":
@@ -480,6 +500,11 @@ def _turn_span(turn: _Turn, fold: _Fold) -> TraceSpan:
     children = [_step_span(step, turn, fold) for _, step in sorted(turn.steps.items())]
     children += [_input_span(item, turn.number, None) for item in turn.inputs]
     children += [_mark_span(mark, turn.number, None) for mark in turn.marks]
+    children += [
+        _job_span(job_id, job, turn.number)
+        for job_id, job in fold.jobs.items()
+        if job.started is not None and job.started.turn == turn.number
+    ]
     status = _TURN_STATUS.get(turn.reason or "", "running" if turn.end is None else "error")
     end = turn.end
     if status == "interrupted":
@@ -515,6 +540,64 @@ def _turn_span(turn: _Turn, fold: _Fold) -> TraceSpan:
         ),
         outputs=tuple(outputs),
         children=_by_start(children),
+    )
+
+
+_JOB_TYPES = frozenset({"job/started", "job/ended"})
+# job/ended reason → span status (an `exited` job is ok or error by its exit code).
+_JOB_STATUS = {"killed": "aborted", "timeout": "error", "output": "error", "lost": "interrupted"}
+
+
+def _job_span(job_id: str, job: _Job, turn: int) -> TraceSpan:
+    started, ended = job.started, job.ended
+    assert started is not None
+    data = started.data
+    end = ended.data if ended is not None else {}
+    reason = end.get("reason")
+    if ended is None:
+        status = "running"
+    elif reason == "exited":
+        status = "ok" if end.get("exit_code") == 0 else "error"
+    else:
+        status = _JOB_STATUS.get(str(reason), "error")
+    outputs: Pairs = ()
+    if ended is not None:
+        outputs = tuple(
+            (key, end.get(key))
+            for key in (
+                "reason",
+                "exit_code",
+                "signal",
+                "duration_s",
+                "output_bytes",
+                "truncated",
+                "output",
+            )
+            if end.get(key) is not None
+        )
+    error = None
+    if status in ("error", "interrupted"):
+        error = f"{reason}" if reason != "exited" else f"exit code {end.get('exit_code')}"
+    command = str(data.get("command") or "")
+    return TraceSpan(
+        kind="job",
+        key=f"job-{job_id}",
+        name=f"job {job_id}: {command[:80]}",
+        status=status,
+        start=started.time,
+        end=ended.time if ended is not None else None,
+        start_seq=started.seq,
+        end_seq=ended.seq if ended is not None else None,
+        turn=turn,
+        step=started.step,
+        error=error,
+        inputs=(
+            ("job_id", job_id),
+            ("command", command),
+            ("call_id", data.get("call_id")),
+            ("wall_s", data.get("wall_s")),
+        ),
+        outputs=outputs,
     )
 
 

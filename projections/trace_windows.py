@@ -98,7 +98,8 @@ def project_trace_windows(
             continue
         window.append(event)
         turns.add(event.turn)
-        between = event.type == "turn/end"
+        if event.type != "job/ended":  # a job may end after its turn (and after others)
+            between = event.type == "turn/end"
     if window or outside:
         yield _fold(window, outside, carried)
 

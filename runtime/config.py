@@ -39,13 +39,26 @@ class Pricing:
 
 
 @dataclass(frozen=True, slots=True)
+class JobLimits:
+    """The server's bounds on a session's background jobs (`runtime.jobs`; 0 turns a
+    count off)."""
+
+    per_session: int = 4
+    per_process: int = 32
+    wall_s: float = 600.0
+    output_kept_bytes: int = 32 * 1024
+
+
+@dataclass(frozen=True, slots=True)
 class RunLimits:
     """The server's bounds on a session's agent, whatever its preset says: how many tool
     calls one model reply may make (each call past it gets an error result and does not
-    run; 0 turns the bound off) and the quota its file tools write within."""
+    run; 0 turns the bound off), the quota its file tools write within, and the bounds on
+    its background jobs."""
 
     max_tool_calls_per_reply: int = DEFAULT_MAX_TOOL_CALLS_PER_REPLY
     workspace: WorkspaceQuota = WorkspaceQuota()
+    jobs: JobLimits = JobLimits()
 
 
 @dataclass(frozen=True, slots=True)

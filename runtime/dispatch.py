@@ -32,7 +32,7 @@ from runtime.ports import NewFact
 from runtime.providers.base import ToolCallRequest
 from runtime.run import Delta, DeltaSink, Run
 from runtime.subagents import TASK, Subagents, TaskCall
-from runtime.tools import Toolbox, ToolOutcome, check_arguments
+from runtime.tools import CallSite, Toolbox, ToolOutcome, check_arguments
 from runtime.workspace import WorkspaceRecorder
 
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
@@ -229,6 +229,7 @@ class ToolDispatch:
                     p.call.arguments,
                     feeds[index].write if index in feeds else None,
                     stops[index],
+                    CallSite(p.call.call_id, turn, step),
                 )
             )
             for index, p in enumerate(plans)

@@ -24,6 +24,7 @@ class InboxItem:
     target: str  # next_step | next_turn
     text: str
     seq: int
+    job_id: str | None = None  # a background job's notice (`runtime.jobs`)
 
 
 class LogCache:
@@ -76,8 +77,13 @@ class LogCache:
     def _fold(self, event: EventRecord) -> None:
         data = event.data
         if event.type == "inbox/queued":
+            job = data.get("job_id")
             item = InboxItem(
-                str(data.get("inbox_id")), str(data.get("target")), str(data.get("text")), event.seq
+                str(data.get("inbox_id")),
+                str(data.get("target")),
+                str(data.get("text")),
+                event.seq,
+                str(job) if job else None,
             )
             self.pending[item.inbox_id] = item
         elif event.type == "inbox/claimed":

@@ -92,6 +92,20 @@ class Opening:
         return cls(facts)
 
     @classmethod
+    def job(cls, item: InboxItem) -> Opening:
+        """`turn/start` (trigger job) and a background job's notice, claimed from the inbox
+        where the job's end queued it while no turn ran (`runtime.jobs`)."""
+
+        def facts(turn: int, _: str | None) -> list[NewFact]:
+            return [
+                NewFact("turn/start", {"turn": turn, "trigger": "job"}, turn=turn),
+                NewFact("inbox/claimed", {"inbox_id": item.inbox_id}, turn=turn),
+                _user_fact(item.text, turn, None),
+            ]
+
+        return cls(facts)
+
+    @classmethod
     def retry(cls, failed_entry_id: str, point: str | None) -> Opening:
         """`turn/start` (trigger retry) and the leaf moved back to `point`, where the
         failed reply was asked from; the turn's first request is built from there."""
@@ -226,7 +240,8 @@ class TurnRunner:
             follow_up = self._next_follow_up() if ended.reason != "aborted" else None
             if follow_up is None:
                 return self.run.ended
-            turn = await self.start(Opening.follow_up(follow_up))
+            opening = Opening.job if follow_up.job_id else Opening.follow_up
+            turn = await self.start(opening(follow_up))
 
     def _next_follow_up(self) -> InboxItem | None:
         items = [i for i in self.cache.pending.values() if i.target == "next_turn"]
@@ -301,8 +316,11 @@ class TurnRunner:
         def closing(_: int) -> list[NewFact]:
             facts = []
             # Input meant for a turn that stopped early is dropped: cancelling drops
-            # everything queued, an error drops the steering for this turn.
+            # everything queued, an error drops the steering for this turn. A background
+            # job's notice is not the user's to drop: the next turn's first step takes it.
             for item in sorted(self.cache.pending.values(), key=lambda i: i.seq):
+                if item.job_id is not None:
+                    continue
                 if reason == "aborted" or (reason != "completed" and item.target == "next_step"):
                     facts.append(
                         NewFact(

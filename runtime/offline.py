@@ -17,6 +17,11 @@ the call each phrase makes where the request offers Pi's tools (the default):
     write PATH: TEXT      write  {"path": PATH, "content": TEXT}; TEXT runs to the end of
                                  the line, and a literal \\n in it writes a line break
     run COMMAND           bash   {"command": COMMAND}; COMMAND is the rest of the message
+    run in background COMMAND
+                          bash   {"command": COMMAND, "background": true}: a job
+    job output ID         job_output {"job_id": ID, "wait": 5}
+    list jobs             job_list {}
+    kill job ID           job_kill {"job_id": ID}
     edit PATH: OLD => NEW edit   {"path": PATH, "edits": [{"oldText": OLD, "newText": NEW}]};
                                  OLD and NEW as TEXT, on one line
     delegate: TEXT        task   {"prompt": TEXT}; TEXT is the rest of the message, the
@@ -31,6 +36,8 @@ message become parallel tool calls, in the order they appear. How it answers:
 
 - a user message with requests: one sentence, then the tool calls (stopReason toolUse);
 - tool results: one line per result (its first line, or the error), then it stops;
+- a background job's notice (a user message that starts with `[job `): one line saying
+  which job ended and how, with no tool call, whatever its output holds;
 - a user message without requests: prose about the conversation so far (how many messages,
   how it began, tools used, summaries) and a reminder of the grammar;
 - a summary request (a `<conversation>…</conversation>` block, as the compaction and
@@ -70,10 +77,16 @@ from runtime.providers.base import (
 )
 
 DEFAULT_CHUNK_DELAY_MS = 15
+# How a background job's notice begins (`runtime.jobs.NOTICE_PREFIX`).
+JOB_NOTICE = "[job "
 
 _REQUEST = re.compile(
     r"(?P<delegate>\bdelegate\s*:\s*(?P<dtext>\S[\s\S]*))"
+    r"|(?P<bg>\brun\s+in\s+background\s+(?P<bcmd>\S[\s\S]*))"
     r"|(?P<run>\brun\s+(?P<cmd>\S[\s\S]*))"
+    r"|(?P<jout>\bjob\s+output\s+(?P<joid>[\w-]+))"
+    r"|(?P<jlist>\blist\s+jobs\b)"
+    r"|(?P<jkill>\bkill\s+job\s+(?P<jkid>[\w-]+))"
     r"|(?P<edit>\bedit\s+(?P<epath>[^\s:]+)\s*:\s?(?P<eold>[^\n]*?)\s?=>\s?(?P<enew>[^\n]*))"
     r"|(?P<write>\bwrite\s+(?P<wpath>[^\s:]+)\s*:\s?(?P<wtext>[^\n]*))"
     r"|(?P<read>\bread\s+(?P<rpath>[^\s]+))"
@@ -96,8 +109,17 @@ def parse_requests(text: str) -> list[Request]:
     for match in _REQUEST.finditer(text):
         if match["delegate"]:
             requests.append(Request("task", {"prompt": match["dtext"].strip()}))
+        elif match["bg"]:
+            command = match["bcmd"].strip()
+            requests.append(Request("bash", {"command": command, "background": True}))
         elif match["run"]:
             requests.append(Request("bash", {"command": match["cmd"].strip()}))
+        elif match["jout"]:
+            requests.append(Request("job_output", {"job_id": match["joid"], "wait": 5}))
+        elif match["jlist"]:
+            requests.append(Request("job_list", {}))
+        elif match["jkill"]:
+            requests.append(Request("job_kill", {"job_id": match["jkid"]}))
         elif match["edit"]:
             old, new = (match[g].replace("\\n", "\n") for g in ("eold", "enew"))
             edit = {"oldText": old, "newText": new}
@@ -250,6 +272,9 @@ def answer(
     text = _text(last.get("content")) if last.get("role") == "user" else ""
     if "<conversation>" in text and "</conversation>" in text:
         return summarize(text), []
+    if text.startswith(JOB_NOTICE):
+        first = text.splitlines()[0][len(JOB_NOTICE) :].rstrip("]")
+        return f"Noted: background job {first}.", []
     requests = parse_requests(text)
     if requests and offered is not None:
         requests = in_offered_names(requests, offered)

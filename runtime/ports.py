@@ -34,6 +34,24 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class JobFact:
+    """A `job/started` or `job/ended`, cut to what the job tools and recovery read (no
+    output): a session's jobs are read whole, however many ran and wrote."""
+
+    seq: int
+    type: str
+    job_id: str
+    turn: int | None = None
+    command: str = ""  # of a start, its first JOB_COMMAND_SHOWN characters
+    reason: str | None = None  # of an end
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+JOB_COMMAND_SHOWN = 200
+
+
+@dataclass(frozen=True, slots=True)
 class SessionHead:
     last_seq: int
     leaf_entry_id: str | None
@@ -118,6 +136,24 @@ class SessionLog(Protocol):
     async def admit_turn(self, session_id: str) -> TurnLock:
         """A place for one more open turn (a run keeps it until it ends), or a refusal
         when the session's owner or this process has as many turns open as allowed."""
+        ...
+
+    async def admit_job(self, session_id: str, job_id: str) -> TurnLock:
+        """The lock of a background job about to start (held while it runs, dropped with
+        this process) and a place for it among its owner's jobs, or a refusal (with its
+        reason) when the owner runs as many jobs as allowed."""
+        ...
+
+    async def try_job_lock(self, session_id: str, job_id: str) -> TurnLock | None:
+        """Take a job's lock, or None while the process running the job holds it."""
+        ...
+
+    async def job_facts(self, session_id: str) -> list[JobFact]:
+        """The session's `job/started` and `job/ended` events, oldest first, cut."""
+        ...
+
+    async def job_ended(self, session_id: str, job_id: str) -> EventRecord | None:
+        """The `job/ended` of one job of the session (with its output), if it ended."""
         ...
 
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:

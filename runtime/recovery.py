@@ -7,6 +7,10 @@ never dispatched), `step/end` for an open step, and `turn/end` with reason `inte
 The caller appends them only while holding the session's turn lock, which proves that the
 process that ran the turn is gone; once `turn/end` is written the turn is no longer open, so
 recovery runs at most once per turn.
+
+Background jobs outlive turns, so their recovery is apart (`runtime.jobs.JobRegistry.recover`,
+run by the same service calls first): a job that started and did not end, whose own lock
+can be taken, gets `job/ended` reason `lost`.
 """
 
 from __future__ import annotations

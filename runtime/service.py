@@ -9,11 +9,12 @@ decision needs one turn at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from projections.records import EntryRecord, EventRecord
@@ -34,6 +35,7 @@ from runtime.errors import (
     TurnRunning,
     lock_refusal,
 )
+from runtime.jobs import JobRegistry
 from runtime.log_cache import new_inbox_id
 from runtime.loop import Opening, TurnRunner
 from runtime.messages import text_of
@@ -60,6 +62,8 @@ RECENT_RUNS = 256
 # Most closers recovery appends at once: well under the store's largest batch (a reply may
 # ask for more tool calls than that; the calls past the cap are closed in pieces too).
 CLOSING_PIECE = 200
+# How long a job's end waits for the turn lock to start the turn that reads its notice.
+JOB_WAKE_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +83,16 @@ class Recovery:
     unknown: int = 0
     not_started: int = 0
     step: int | None = None
+    lost_jobs: int = 0  # background jobs whose process died, recorded as lost
 
     def describe(self) -> str:
+        jobs = f"; {self.lost_jobs} background job(s) lost" if self.lost_jobs else ""
         if self.status == "nothing":
+            if jobs:
+                return f"session {self.session_id}: no open turn{jobs}"
             return f"session {self.session_id}: nothing to recover"
         if self.status == "running":
-            return f"session {self.session_id}: a live process is running it; left as it is"
+            return f"session {self.session_id}: a live process is running it; left as it is{jobs}"
         parts = []
         if self.unknown:
             parts.append(f"{self.unknown} tool result(s) TOOL_OUTCOME_UNKNOWN")
@@ -93,7 +101,7 @@ class Recovery:
         if self.step is not None:
             parts.append(f"step {self.step} ended")
         parts.append("turn/end interrupted")
-        return f"session {self.session_id}: closed turn {self.turn} ({', '.join(parts)})"
+        return f"session {self.session_id}: closed turn {self.turn} ({', '.join(parts)}){jobs}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +149,8 @@ class Runtime:
         self.toolbox_factory = toolbox_factory
         self.busy_wait_s = busy_wait_s
         self.runs: dict[str, Run] = {}
+        # This process's background jobs (`runtime.jobs`).
+        self.jobs = JobRegistry(log)
         # The latest run of each session, finished or not, for callers that wait for it.
         self.recent: dict[str, Run] = {}
 
@@ -259,6 +269,15 @@ class Runtime:
     ) -> Callable[[Run], TurnRunner]:
         """What makes the session's runner for a run, with what it runs with."""
         config, provider, toolbox = setup
+        if any(name in toolbox.tools for name in ("bash", "job_output")):
+
+            async def wake() -> None:
+                await self._wake_for_job(session_id, auto_approve, on_delta, on_notice)
+
+            limits = config.limits
+            toolbox.jobs = self.jobs.bind(
+                session_id, config.cwd, limits.jobs, limits.workspace, wake
+            )
 
         def runner(run: Run) -> TurnRunner:
             return TurnRunner(
@@ -276,6 +295,39 @@ class Runtime:
             )
 
         return runner
+
+    async def _wake_for_job(
+        self,
+        session_id: str,
+        auto_approve: bool,
+        on_delta: DeltaSink | None,
+        on_notice: NoticeSink | None,
+    ) -> None:
+        """A job ended while no turn ran: start a turn that claims its notice (the oldest
+        input queued for the next turn), as soon as the turn lock is free. A turn that takes
+        the lock first takes the notice as its follow-up; then nothing is started."""
+        setup = await self._setup(session_id)
+        deadline = time.monotonic() + JOB_WAKE_WAIT_S
+        while (lock := await self.log.try_lock(session_id)) is None:
+            if time.monotonic() > deadline or self.jobs.stopping:
+                return
+            await asyncio.sleep(0.1)
+        lock = await self._admitted(session_id, lock)
+        made: list[TurnRunner] = []
+        make = self._runners(session_id, setup, auto_approve, on_delta, on_notice)
+
+        def runner(run: Run) -> TurnRunner:
+            made.append(make(run))
+            return made[-1]
+
+        async def opening() -> Opening:
+            item = made[-1]._next_follow_up()
+            if item is None:
+                raise _NothingQueued()
+            return Opening.job(item)
+
+        with contextlib.suppress(_NothingQueued):
+            await self._launch(session_id, lock, runner, opening)
 
     async def _failed_reply(self, session_id: str, entry_id: str | None) -> EntryRecord:
         if entry_id is None:
@@ -426,7 +478,9 @@ class Runtime:
         return list(run.ended)
 
     async def stop_all(self, timeout: float = 10.0) -> None:
-        """Cancel every run of this process and wait for them to end."""
+        """Cancel every run of this process, kill its background jobs, and wait for them
+        to end."""
+        await self.jobs.stop_all(timeout)
         runs = list(self.runs.values())
         for run in runs:
             run.cancel()
@@ -469,19 +523,23 @@ class Runtime:
     # --- recovery ------------------------------------------------------------------------
 
     async def recover(self, session_id: str) -> Recovery:
-        """Close the session's open turn if the process that ran it is gone."""
+        """Close the session's open turn if the process that ran it is gone, and record
+        as lost each of its background jobs whose process is gone."""
+        lost = await self.jobs.recover(session_id)
         if session_id in self.runs:
-            return Recovery(session_id, None, "running")
+            return Recovery(session_id, None, "running", lost_jobs=lost)
         lock = await self.log.try_lock(session_id)
         if lock is None:
             marker = await self._open_turn(session_id)
-            return Recovery(session_id, None, "running" if marker is not None else "nothing")
+            status = "running" if marker is not None else "nothing"
+            return Recovery(session_id, None, status, lost_jobs=lost)
         try:
-            return await self._recover_locked(session_id)
+            return replace(await self._recover_locked(session_id), lost_jobs=lost)
         finally:
             await lock.release()
 
     async def _recover_locked(self, session_id: str) -> Recovery:
+        await self.jobs.recover(session_id)
         while True:
             head = await self.log.head(session_id)
             marker = await self.log.last_event(
@@ -650,6 +708,10 @@ class Runtime:
             except SeqConflict:
                 continue
             return result.entry_ids
+
+
+class _NothingQueued(Exception):
+    """A job's notice was already taken (by a turn that started first)."""
 
 
 class _HeldTogether:

@@ -48,9 +48,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import re2
+
+if TYPE_CHECKING:
+    from runtime.jobs import SessionJobs
 
 JSON = dict[str, Any]
 
@@ -99,6 +102,15 @@ class ToolOutcome:
     is_error: bool = False
     error_code: str | None = None
     details: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where a tool call runs: its id and the turn (and step) of the reply that made it."""
+
+    call_id: str
+    turn: int | None = None
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -908,6 +920,9 @@ class Toolbox:
     tools: dict[str, Tool] = field(default_factory=dict)
     timeout_s: float = 30.0
     quota: WorkspaceQuota = WorkspaceQuota()
+    # The session's background jobs (`runtime.jobs`), bound by the runtime that runs it:
+    # `bash` with background=true and the job tools go there.
+    jobs: SessionJobs | None = None
 
     @classmethod
     def for_session(
@@ -917,7 +932,7 @@ class Toolbox:
         timeout_s: float = 30.0,
         quota: WorkspaceQuota = WorkspaceQuota(),
     ) -> Toolbox:
-        from runtime import pi_tools, sandbox, subagents
+        from runtime import jobs, pi_tools, sandbox, subagents
 
         # A preset of the older names (read_file, list_files, write_file) keeps their grep
         # (literal by default, `regex`/`ignore_case`); Pi's grep reads a regex by default.
@@ -929,6 +944,10 @@ class Toolbox:
             if tool is None or (name == "bash" and not sandbox.available()):
                 continue  # no sandbox, no bash: a command never runs unconfined
             chosen[name] = tool
+        if "bash" in chosen and chosen["bash"] is pi_tools.PI_TOOLS["bash"]:
+            # Pi's bash may run in the background here; the job tools come with it.
+            chosen["bash"] = jobs.background_bash(chosen["bash"])
+            chosen.update(jobs.JOB_TOOLS)
         return cls(cwd=cwd, tools=chosen, timeout_s=timeout_s, quota=quota)
 
     def schemas(self) -> list[JSON]:
@@ -943,13 +962,17 @@ class Toolbox:
         args: Mapping[str, Any],
         on_output: Callable[[bytes], None] | None = None,
         cancel: threading.Event | None = None,
+        site: CallSite | None = None,
     ) -> ToolOutcome:
         """Run a tool with its timeout; never raises (except when cancelled). `on_output` is
         called, on the tool's thread, with each piece of a command's output as it comes;
-        setting `cancel` stops a running command (which then returns what it wrote)."""
+        setting `cancel` stops a running command (which then returns what it wrote).
+        `site` names the call: a background job records which call started it."""
         tool = self.tools.get(name)
         if tool is None:
             return ToolOutcome(f"there is no tool named {name!r}", True, "UNKNOWN_TOOL")
+        if self.jobs is not None and self.jobs.takes(name, args):
+            return await self.jobs.call(name, args, site or CallSite(""), self.timeout_s)
         delay = float(os.environ.get("STRAND_TOOL_DELAY_MS") or 0) / 1000
         deadline = time.monotonic() + self.timeout_s
         # Set when the awaiting side gives up (cancel or timeout): a running command stops.

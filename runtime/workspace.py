@@ -411,6 +411,21 @@ class WorkspaceRecorder:
         self.manifest = found.manifest
         return self._record("recovery", shown, found.files, found.deleted)
 
+    async def after_job(self, call_id: str, job_id: str) -> NewFact | None:
+        """What a background job changed in the folder when it ended, as a `job` snapshot
+        at the entry the folder shows; None when it changed nothing."""
+        if self.root is None:
+            return None
+        shown = await self._load()
+        found = await asyncio.to_thread(scan, self.root, self.manifest, self.quota)
+        if found.empty:
+            return None
+        await self.log.put_blobs(self.sid, found.blobs)
+        self.manifest = found.manifest
+        return self._record(
+            "job", shown, found.files, found.deleted, call_id=call_id, job_id=job_id
+        )
+
     async def settle(self, files: TurnStartFiles) -> None:
         """Bring the folder to the workspace the facts now say it shows."""
         if files._restore is None or self.root is None:

@@ -27,6 +27,7 @@ from sessions_app.limits import ENTRY_ID_MAX
 
 JSON = dict[str, Any]
 ENTRY_KEY_MAX = ENTRY_ID_MAX
+JOB_ID_MAX = 40  # a background job's id (`bash-1`, …)
 
 
 class EventError(ValueError):
@@ -264,7 +265,9 @@ class TurnStart(EventData):
     # replay: the turn sends a recorded request again (`replay_of`, the seq of its
     # `request/sent`) from that request's leaf; the replays of one action run one after
     # another and share `replay_group` (the first one's turn) and `replay_count`.
-    trigger: Literal["message", "follow_up", "retry", "replay"] = "message"
+    # job: the turn starts because a background job ended while no turn ran; it claims
+    # the job's notice from the inbox, as a follow-up claims its message.
+    trigger: Literal["message", "follow_up", "retry", "replay", "job"] = "message"
     retry_of: str | None = Field(default=None, max_length=ENTRY_KEY_MAX)
     replay_of: int | None = Field(default=None, ge=0)
     replay_group: int | None = Field(default=None, ge=0)
@@ -366,6 +369,8 @@ class InboxQueued(EventData):
     inbox_id: str
     target: Literal["next_step", "next_turn"]
     text: str
+    # Set when the input is a background job's notice (`job/ended`), not the user's.
+    job_id: str | None = Field(default=None, max_length=JOB_ID_MAX)
 
 
 class InboxClaimed(EventData):
@@ -403,6 +408,45 @@ class SubagentDescriptor(EventData):
     preset_name: str = ""
     tools: list[str] = Field(default_factory=list)
     delegation_depth: int = Field(default=1, ge=1)
+
+
+# --- background jobs ---------------------------------------------------------------------
+# A `bash` call with `background: true` starts a job and answers at once with its id; the
+# job runs on in the sandbox, and its end is a fact of its own, whatever ended it: the
+# command exiting, `job_kill`, its wall time, or (written by recovery) the process that ran
+# it dying. A job has exactly one `job/started` and at most one `job/ended`.
+
+
+class JobStarted(EventData):
+    type = "job/started"
+    job_id: str = Field(max_length=JOB_ID_MAX)
+    command: str
+    call_id: str = Field(max_length=200)
+    # The turn whose tool call started it (also the event's turn).
+    turn: int | None = Field(default=None, ge=0)
+    started: str  # ISO 8601, when the command was started
+    wall_s: float = Field(gt=0)  # the longest it may run
+    output_max_bytes: int = Field(ge=0)  # the output it keeps (head and tail)
+
+
+class JobEnded(EventData):
+    """How a job ended. `exited`: the command ended by itself (`exit_code`, or `signal`
+    when a signal killed it); `killed`: `job_kill` (or the run that owned it stopping);
+    `timeout`: its wall time passed; `output`: it wrote past the output cap and was
+    stopped; `lost`: the process running it died (written by recovery, with no output).
+    `output` keeps its head and tail; `truncated` says bytes were left out between."""
+
+    type = "job/ended"
+    job_id: str = Field(max_length=JOB_ID_MAX)
+    reason: Literal["exited", "killed", "timeout", "output", "lost"]
+    exit_code: int | None = None
+    signal: int | None = None
+    output: str = ""
+    output_bytes: int = Field(default=0, ge=0)
+    truncated: bool = False
+    duration_s: float | None = Field(default=None, ge=0)
+    # The turn the job was started in (the trace draws the job there).
+    turn: int | None = Field(default=None, ge=0)
 
 
 # --- the workspace -----------------------------------------------------------------------
@@ -447,11 +491,13 @@ class WorkspaceSnapshot(EventData):
     Reasons: `tool` (a tool call changed files; `call_id` names it), `outside` (changed by
     hand since the last snapshot, found before a turn), `restore` (the folder was brought
     to the workspace of `at`, the entry a turn starts from; it changes no file of the fold),
-    `fork` (a forked session starts from its fork point's files), `upload`, `recovery`."""
+    `fork` (a forked session starts from its fork point's files), `upload`, `recovery`,
+    `job` (a background job changed files; `call_id` names the call that started it and
+    `job_id` the job)."""
 
     type = "workspace/snapshot"
     at: str | None = Field(default=None, max_length=ENTRY_KEY_MAX)
-    reason: Literal["tool", "outside", "restore", "fork", "upload", "recovery"]
+    reason: Literal["tool", "outside", "restore", "fork", "upload", "recovery", "job"]
     files: dict[str, FileState] = Field(default_factory=dict)
     deleted: list[str] = Field(default_factory=list)
     full: bool = False
@@ -513,6 +559,8 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         WorkspaceSnapshot,
         SubagentStarted,
         SubagentDescriptor,
+        JobStarted,
+        JobEnded,
     )
 }
 

@@ -114,6 +114,13 @@ class Event(models.Model):
                 name="event_checkpoint_seq",
                 condition=models.Q(type="workspace/snapshot", data__full=True),
             ),
+            # A session's background jobs (their starts and ends), read by the job tools and
+            # recovery without reading its other events.
+            models.Index(
+                fields=["session", "seq"],
+                name="event_job_seq",
+                condition=models.Q(type__in=["job/started", "job/ended"]),
+            ),
             # The header in force: rare, so often far back in a long session's log.
             models.Index(
                 fields=["session", "seq"],

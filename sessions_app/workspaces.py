@@ -44,7 +44,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runtime.config import DEFAULT_MAX_TOOL_CALLS_PER_REPLY, RunLimits
+from runtime.config import DEFAULT_MAX_TOOL_CALLS_PER_REPLY, JobLimits, RunLimits
 from runtime.tools import WorkspaceQuota
 from runtime.workspace import SESSIONS, WorkspaceTooLarge, copy_files
 from sessions_app.errors import DomainError
@@ -233,7 +233,14 @@ def run_limits(owner: Any, cwd: str) -> RunLimits:
         folder=quota_folder(owner, cwd),
     )
     calls = _setting("STRAND_MAX_TOOL_CALLS_PER_REPLY", DEFAULT_MAX_TOOL_CALLS_PER_REPLY)
-    return RunLimits(max_tool_calls_per_reply=calls, workspace=quota)
+    base = JobLimits()
+    jobs = JobLimits(
+        per_session=_setting("STRAND_MAX_JOBS_PER_SESSION", base.per_session),
+        per_process=_setting("STRAND_MAX_JOBS_PER_PROCESS", base.per_process),
+        wall_s=float(getattr(settings, "STRAND_JOB_WALL_S", base.wall_s)) or base.wall_s,
+        output_kept_bytes=_setting("STRAND_JOB_OUTPUT_BYTES", base.output_kept_bytes),
+    )
+    return RunLimits(max_tool_calls_per_reply=calls, workspace=quota, jobs=jobs)
 
 
 def _setting(name: str, default: int) -> int:

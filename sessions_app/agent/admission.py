@@ -31,6 +31,7 @@ from sessions_app.agent.lock import LockHolder
 from sessions_app.limits import RateLimited, duration_words
 from sessions_app.models import Session
 from sessions_app.selectors import turns as turn_reads
+from sessions_app.turn_lock import job_lock_key
 
 DEFAULT_PER_USER = 8
 DEFAULT_PER_PROCESS = 64
@@ -159,6 +160,73 @@ class TurnPlace:
                 self._engine.locks.release(self._key)
         finally:
             self._engine.turns.leave()
+
+    async def release(self) -> None:
+        await self._engine.db(self._release)
+
+
+# --- background jobs ---------------------------------------------------------------------
+# A job holds its own lock (its liveness, which recovery tests) and one of its owner's job
+# places while it runs, both on the process's lock connection, as a turn holds its place.
+
+DEFAULT_JOBS_PER_USER = 8
+
+
+class JobsCapped(RateLimited):
+    """The session's owner runs as many background jobs as allowed (`scope` "jobs")."""
+
+    def __init__(self, limit: int) -> None:
+        Exception.__init__(
+            self,
+            f"too many background jobs at once: at most {limit} per user run at a time; "
+            "wait for one to end or kill one (job_kill)",
+        )
+        self.scope = "jobs"
+        self.limit = limit
+        self.window = RETRY_AFTER_S
+        self.retry_after = RETRY_AFTER_S
+
+
+def jobs_per_user() -> int:
+    return max(int(getattr(settings, "STRAND_MAX_JOBS_PER_USER", DEFAULT_JOBS_PER_USER)), 0)
+
+
+def job_place_key(user_id: int, place: int) -> int:
+    """The advisory lock key of a user's job place `place`."""
+    digest = hashlib.blake2b(f"strand-job-place:{user_id}:{place}".encode(), digest_size=8)
+    return int(struct.unpack(">q", digest.digest())[0])
+
+
+class JobPlace:
+    """A running job's lock and its owner's job place, released together when it ends
+    (`runtime.ports.TurnLock`)."""
+
+    def __init__(self, engine: LockHolder, keys: list[int]) -> None:
+        self._engine = engine
+        self._keys = keys
+
+    @classmethod
+    def take(cls, engine: LockHolder, session_id: str, job_id: str) -> JobPlace:
+        owner_id = Session.objects.filter(id=session_id).values_list("owner_id", flat=True).first()
+        if owner_id is None:
+            raise NotFound(f"no session {session_id}")
+        own = job_lock_key(session_id, job_id)
+        if not engine.locks.try_take(own):
+            raise NotFound(f"job {job_id} is already running")
+        limit = jobs_per_user()
+        if not limit:
+            return cls(engine, [own])
+        for place in range(limit):
+            key = job_place_key(owner_id, place)
+            if engine.locks.try_take(key):
+                return cls(engine, [own, key])
+        engine.locks.release(own)
+        raise JobsCapped(limit)
+
+    def _release(self) -> None:
+        keys, self._keys = self._keys, []
+        for key in keys:
+            self._engine.locks.release(key)
 
     async def release(self) -> None:
         await self._engine.db(self._release)

@@ -41,7 +41,7 @@ from typing import Any, Protocol, TypeVar
 import psycopg
 
 from sessions_app import pg
-from sessions_app.turn_lock import turn_lock_key
+from sessions_app.turn_lock import job_lock_key, turn_lock_key
 
 log = logging.getLogger("strand.agent")
 
@@ -167,6 +167,14 @@ class PgTurnLock:
     @classmethod
     def try_take(cls, engine: LockHolder, session_id: str) -> PgTurnLock | None:
         key = turn_lock_key(session_id)
+        if not engine.locks.try_take(key):
+            return None
+        return cls(engine, key)
+
+    @classmethod
+    def try_take_job(cls, engine: LockHolder, session_id: str, job_id: str) -> PgTurnLock | None:
+        """A background job's lock (`runtime.jobs`): held by the process running the job."""
+        key = job_lock_key(session_id, job_id)
         if not engine.locks.try_take(key):
             return None
         return cls(engine, key)

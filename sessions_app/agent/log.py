@@ -9,9 +9,9 @@ from typing import Protocol
 from projections.chat import NOT_STARTED, OUTCOME_UNKNOWN
 from projections.records import EntryRecord, EventRecord
 from runtime import NotFound
-from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
+from runtime.ports import Appended, JobFact, NewFact, SeqConflict, SessionHead, SessionSetup
 from sessions_app import presets, store, workspaces
-from sessions_app.agent.admission import PlaceHolder, TurnPlace
+from sessions_app.agent.admission import JobPlace, PlaceHolder, TurnPlace
 from sessions_app.agent.children import child_tools_for_turn
 from sessions_app.agent.lock import PgTurnLock
 from sessions_app.selectors import context, events, workspace
@@ -146,6 +146,18 @@ class PostgresLog:
 
     async def admit_turn(self, session_id: str) -> TurnPlace:
         return await self._engine.db(TurnPlace.take, self._engine, session_id)
+
+    async def admit_job(self, session_id: str, job_id: str) -> JobPlace:
+        return await self._engine.db(JobPlace.take, self._engine, session_id, job_id)
+
+    async def try_job_lock(self, session_id: str, job_id: str) -> PgTurnLock | None:
+        return await self._engine.db(PgTurnLock.try_take_job, self._engine, session_id, job_id)
+
+    async def job_facts(self, session_id: str) -> list[JobFact]:
+        return await self._engine.db(reads.job_facts, session_id)
+
+    async def job_ended(self, session_id: str, job_id: str) -> EventRecord | None:
+        return await self._engine.db(reads.job_ended, session_id, job_id)
 
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         await self._engine.wait_for_events(session_id, after_seq, timeout)

@@ -218,10 +218,12 @@ def agent_stop_turn(session_id: SessionRef, timeout: float = STOP_WAIT_S) -> Non
 
 
 def agent_recover(session_ids: Sequence[SessionRef] | None = None) -> list[Recovery]:
-    """Close turns left open by dead processes: in the given sessions, or in every session
-    that has an open turn. A turn whose process is alive is left alone."""
+    """Close turns left open by dead processes, and record their background jobs as lost:
+    in the given sessions, or in every session that has an open turn or job. A turn or job
+    whose process is alive is left alone."""
     if session_ids is None:
         sids = reads.sessions_with_open_turn()
+        sids += [sid for sid in reads.sessions_with_open_jobs() if sid not in sids]
     else:
         sids = [session_key(s) for s in session_ids]
     return call_sync(lambda running: _recover_all(running, sids))

@@ -441,3 +441,55 @@ def test_a_call_is_running_once_allowed_or_dispatched_until_its_result_or_its_tu
     assert statuses() == {"c1": "ok", "c2": "running"}
     log.turn_end("interrupted")
     assert statuses() == {"c1": "ok", "c2": "pending"}  # no longer running, and no result
+
+
+def test_a_job_notice_claimed_from_the_inbox_is_the_jobs_not_the_users() -> None:
+    log = SessionLog()
+    log.created()
+    # A notice queued while a turn ran, claimed at its next step (the queue names the job).
+    log.turn_start()
+    log.step_start()
+    log.user("run in background make")
+    log.assistant([text("Started.")])
+    log.step_end()
+    log.event(
+        "inbox/queued",
+        {
+            "inbox_id": "in1",
+            "target": "next_step",
+            "text": "[job bash-1 ended]",
+            "job_id": "bash-1",
+        },
+    )
+    log.step_start()
+    log.inbox_claimed("in1")
+    notice = log.user("[job bash-1 ended: exit 0 after 1.0 s]\n$ make\nok")
+    log.assistant([text("Noted.")])
+    log.step_end()
+    log.turn_end()
+    # A turn a job's end started, its notice queued outside it: named by its text.
+    log.turn_start(trigger="job")
+    log.inbox_claimed("in2")
+    woke = log.user("[job bash-2 ended: killed after 3.0 s]\n$ sleep 60\n(no output)")
+    log.step_start()
+    log.assistant([text("Noted.")])
+    log.step_end()
+    log.turn_end()
+    # A steer the user wrote stays the user's.
+    log.turn_start()
+    log.step_start()
+    log.user("go on")
+    log.assistant([text("Going on.")])
+    log.step_end()
+    log.event("inbox/queued", {"inbox_id": "in3", "target": "next_step", "text": "[job x ended"})
+    log.step_start()
+    log.inbox_claimed("in3")
+    steer = log.user("[job x ended, said the user]")
+    log.step_end()
+    log.turn_end()
+    view = project_chat(log.entries, log.leaf, log.events)
+    users = {item.entry_id: item for item in view.items if isinstance(item, UserItem)}
+    assert users[notice].job_id == "bash-1"
+    assert users[woke].job_id == "bash-2"
+    assert users[steer].job_id is None
+    assert [item.job_id for item in users.values()].count(None) == 3

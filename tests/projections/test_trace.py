@@ -469,3 +469,59 @@ def test_an_allowed_call_is_running_before_it_is_dispatched() -> None:
     log.tool_call("c1", "bash", '{"command":"ls"}')
     log.tool_call("c2", "read", '{"path":"a"}')
     assert statuses() == {"bash": "running", "read": "running"}
+
+
+def job_log(ended: dict[str, object] | None) -> SessionLog:
+    """Turn 1 starts a background job and ends; the job ends later (when `ended` is given:
+    the `job/ended` data), its facts carrying turn 1."""
+    log = SessionLog()
+    log.created()
+    log.header()
+    log.turn_start()
+    log.step_start()
+    log.user("run in background make")
+    log.request([], token_estimate=10)
+    log.assistant([tool_call("c1", "bash", {"command": "make", "background": True})])
+    log.tool_call("c1", "bash", '{"command": "make", "background": true}')
+    log.event("job/started", {"job_id": "bash-1", "command": "make", "call_id": "c1"})
+    log.tool_result("c1", "bash", "Started background job bash-1: make")
+    log.step_end()
+    log.turn_end()
+    if ended is not None:
+        event = log.event("job/ended", {"job_id": "bash-1", **ended}, after_ms=5000)
+        log.events[-1] = EventRecord(
+            event.seq, event.type, 1, event.time, event.data, None, turn=1, step=None
+        )
+    return log
+
+
+@pytest.mark.parametrize(
+    ("ended", "status"),
+    [
+        (None, "running"),
+        ({"reason": "exited", "exit_code": 0, "output": "ok\n"}, "ok"),
+        ({"reason": "exited", "exit_code": 2, "output": "no rule"}, "error"),
+        ({"reason": "killed", "signal": 9}, "aborted"),
+        ({"reason": "timeout"}, "error"),
+        ({"reason": "lost"}, "interrupted"),
+    ],
+)
+def test_a_job_is_drawn_under_its_turn_from_its_start_to_its_end(
+    ended: dict[str, object] | None, status: str
+) -> None:
+    log = job_log(ended)
+    view = project_trace(log.events)
+    [turn] = view.spans
+    job = only(view, "job")
+    assert job in turn.children and job.status == status
+    assert job.key == "job-bash-1" and job.name == "job bash-1: make"
+    assert io(job.inputs)["command"] == "make" and io(job.inputs)["call_id"] == "c1"
+    assert turn.status == "ok" and not view.running  # the job does not hold the turn open
+    if ended is None:
+        assert job.end is None and job.outputs == ()
+    else:
+        assert job.end == log.events[-1].time and turn.end is not None and job.end > turn.end
+        assert io(job.outputs)["reason"] == ended["reason"]
+        assert view.end == job.end
+    # No step or tool span holds the job's facts.
+    assert "job" not in [s.kind for s in only(view, "step").children]

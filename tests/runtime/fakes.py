@@ -14,7 +14,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from projections.records import EntryRecord, EventRecord
-from runtime.ports import Appended, NewFact, SeqConflict, SessionHead, SessionSetup
+from runtime.ports import (
+    JOB_COMMAND_SHOWN,
+    Appended,
+    JobFact,
+    NewFact,
+    SeqConflict,
+    SessionHead,
+    SessionSetup,
+)
 from sessions_app import events as vocab
 
 
@@ -44,9 +52,20 @@ class FakePlace:
         return None
 
 
+class FakeJobLock:
+    """A background job's lock, held until released."""
+
+    def __init__(self, held: set[tuple[str, str]], key: tuple[str, str]) -> None:
+        self._held, self._key = held, key
+
+    async def release(self) -> None:
+        self._held.discard(self._key)
+
+
 class FakeLog:
     def __init__(self) -> None:
         self.sessions: dict[str, _Session] = {}
+        self.job_locks: set[tuple[str, str]] = set()
         self._changed = asyncio.Event()
 
     def create(self, preset: Mapping[str, Any], cwd: str = "") -> str:
@@ -170,6 +189,40 @@ class FakeLog:
 
     async def admit_turn(self, session_id: str) -> FakePlace:
         return FakePlace()
+
+    async def admit_job(self, session_id: str, job_id: str) -> FakeJobLock:
+        lock = await self.try_job_lock(session_id, job_id)
+        assert lock is not None
+        return lock
+
+    async def job_facts(self, session_id: str) -> list[JobFact]:
+        events = await self.events_of_types(session_id, ("job/started", "job/ended"))
+        return [
+            JobFact(
+                e.seq,
+                e.type,
+                str(e.data.get("job_id")),
+                e.turn,
+                str(e.data.get("command") or "")[:JOB_COMMAND_SHOWN],
+                e.data.get("reason"),
+                e.data.get("exit_code"),
+                e.data.get("signal"),
+            )
+            for e in events
+        ]
+
+    async def job_ended(self, session_id: str, job_id: str) -> EventRecord | None:
+        for e in await self.events_of_types(session_id, ("job/ended",)):
+            if e.data.get("job_id") == job_id:
+                return e
+        return None
+
+    async def try_job_lock(self, session_id: str, job_id: str) -> FakeJobLock | None:
+        key = (session_id, job_id)
+        if key in self.job_locks:
+            return None
+        self.job_locks.add(key)
+        return FakeJobLock(self.job_locks, key)
 
     async def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> None:
         if len(self.sessions[session_id].events) - 1 > after_seq:

@@ -65,6 +65,16 @@ SAMPLES = {
         "prompt": "p",
         "delegation_depth": 1,
     },
+    "job/started": {
+        "job_id": "bash-1",
+        "command": "sleep 1",
+        "call_id": "c1",
+        "turn": 1,
+        "started": "2026-12-02T06:00:00+00:00",
+        "wall_s": 600.0,
+        "output_max_bytes": 32768,
+    },
+    "job/ended": {"job_id": "bash-1", "reason": "exited", "exit_code": 0, "output": "done\n"},
 }
 
 
@@ -198,3 +208,12 @@ def test_request_sent_version_1_reads_as_a_first_attempt():
         "previous_fault": None,
     }
     assert vocab.load_event("request/sent", 2, {**data, "attempt": 3}) == {**data, "attempt": 3}
+
+
+def test_a_job_ends_for_one_of_its_reasons_only():
+    for reason in ("exited", "killed", "timeout", "output", "lost"):
+        vocab.validate_event("job/ended", {"job_id": "bash-1", "reason": reason})
+    with pytest.raises(vocab.EventError, match="reason"):
+        vocab.validate_event("job/ended", {"job_id": "bash-1", "reason": "forgotten"})
+    with pytest.raises(vocab.EventError, match="job_id"):
+        vocab.validate_event("job/ended", {"job_id": "x" * 41, "reason": "lost"})
