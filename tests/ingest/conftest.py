@@ -1,0 +1,113 @@
+"""Fixtures of the OTLP ingest tests: Strand served by daphne on the test database (one
+process for the module), a local model server speaking OpenAI's chat completions, and the
+real producer (`tests.ingest.producer`, Pydantic AI) run as a child process.
+
+The personas are those of `tests/conftest.py` (Alice owns the sessions, Bob is another user).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy import daphne
+from sessions_app.services import tokens
+from tests.runtime.conftest import child_database_url
+from tests.runtime.servers import Raw, ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[2]
+# In this suite's range, apart per process so that runs side by side do not collide.
+PORT = 27_000 + os.getpid() % 300 * 3
+
+
+@pytest.fixture(scope="module")
+def strand_url(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+    """daphne serving Strand on the test database, for the whole module."""
+    with django_db_blocker.unblock():
+        url = child_database_url()
+    process = daphne.start(PORT, {"DATABASE_URL": url, "STRAND_RATE_LIMITS": "{}"})
+    try:
+        yield f"http://127.0.0.1:{PORT}"
+    finally:
+        daphne.stop(process)
+
+
+def completion(message: dict[str, Any], finish: str, usage: tuple[int, int]) -> Raw:
+    """One non-streamed chat completion, as OpenAI answers it."""
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "test-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": sum(usage),
+        },
+    }
+    return Raw(200, "application/json", json.dumps(body).encode())
+
+
+def tool_call(call_id: str, name: str, arguments: dict[str, Any], usage: tuple[int, int]) -> Raw:
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+    return completion(message, "tool_calls", usage)
+
+
+FINAL_ANSWER = "In Paris it is sunny, 21C, and 10:00."
+
+
+@pytest.fixture
+def model_server() -> Iterator[ScriptedServer]:
+    """Answers a run of the producer's agent: two tool calls, one after the other, then
+    the answer."""
+    server = ScriptedServer("openai")
+    server.script(
+        tool_call("call_weather", "get_weather", {"city": "Paris"}, (41, 9)),
+        tool_call("call_time", "get_time", {"city": "Paris"}, (63, 8)),
+        completion({"role": "assistant", "content": FINAL_ANSWER}, "stop", (80, 12)),
+    )
+    yield server
+    server.close()
+
+
+def bearer(user: Any) -> str:
+    return tokens.token_create(user, "otlp")[1]
+
+
+def run_producer(
+    strand_url: str, token: str, model: ScriptedServer, bodies: Path, *, delay: float = 0.0
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.ingest.producer",
+            f"{strand_url}/v1/traces",
+            token,
+            model.base_url,
+            str(bodies),
+            str(delay),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
