@@ -695,7 +695,7 @@ class _Planner:
         if stop == "error":
             message["errorMessage"] = _error_text(span) or "the model request failed"
         extra: dict[str, Any] = {
-            "timing": {"duration": (span.end_ns - span.start_ns) // 1_000_000},
+            "timing": {"duration_ms": (span.end_ns - span.start_ns) // 1_000_000},
             "content_captured": outputs is not None,
         }
         if stop == "error":
@@ -804,6 +804,22 @@ def observed_time(data: Mapping[str, Any]) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def observed_pairs(data: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """What a trace shows of the span a fact was recorded from: its ids, and the attributes
+    Strand did not map (as indented JSON, under `attributes`)."""
+    observed = data.get("observed")
+    if not isinstance(observed, Mapping) or "operation" not in observed:
+        return ()
+    pairs: list[tuple[str, Any]] = [
+        ("otel_span", f"{observed.get('trace_id')}/{observed.get('span_id')}"),
+        ("otel_name", observed.get("name")),
+    ]
+    unmapped = observed.get("attributes")
+    if isinstance(unmapped, Mapping) and unmapped:
+        pairs.append(("attributes", json.dumps(unmapped, indent=2, ensure_ascii=False)))
+    return tuple(pairs)
 
 
 def _json_value(value: Any) -> Any:

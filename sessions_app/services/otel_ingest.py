@@ -33,11 +33,28 @@ from projections.otel_ingest import (
     plan_spans,
     session_key,
 )
-from sessions_app import services, store
+from sessions_app import selectors, services, store
+from sessions_app.errors import DomainError
 from sessions_app.models import ObservedConversation, ObservedSpan as SpanRow, Session
 from sessions_app.store import NewEvent
 
 TITLE_MAX = 200
+
+
+class ObservedSession(DomainError):
+    """A turn asked of an observed session: its agent runs elsewhere, Strand only records."""
+
+    code = "not_allowed"
+
+
+def refuse_if_observed(session: Session) -> None:
+    """Refuse to run a turn in an observed session (a message, a retry): it records what
+    another agent did, with that agent's tools, which Strand does not have."""
+    if selectors.session_is_observed(session):
+        raise ObservedSession(
+            "this session is observed: it records another agent's OpenTelemetry spans, and "
+            "nothing runs in it (its model requests can be replayed against a preset)"
+        )
 
 
 @dataclass

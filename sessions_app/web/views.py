@@ -221,6 +221,7 @@ def _base_context(request: HttpRequest, session: Session, query: PageQuery) -> d
         "views": VIEWS,
         "can_write": access.can_change(request.user, session),
         "is_owner": session.owner_id == request.user.pk,
+        "observed": selectors.session_is_observed(session),
     }
 
 
@@ -495,6 +496,9 @@ def session_send(request: HttpRequest, session_id: Any) -> HttpResponse:
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request)
+    if selectors.session_is_observed(session):
+        messages.error(request, "This session is observed: nothing runs in it.")
+        return _after_write(request, session, query)
     form = MessageForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
@@ -541,6 +545,9 @@ def session_retry(request: HttpRequest, session_id: Any) -> HttpResponse:
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request)
+    if selectors.session_is_observed(session):
+        messages.error(request, "This session is observed: nothing runs in it.")
+        return _after_write(request, session, query)
     entry_id = str(request.POST.get("entry_id") or "") or None
     if entry_id is not None and len(entry_id) > ENTRY_KEY_MAX:
         messages.error(request, "That is not an entry of this session.")

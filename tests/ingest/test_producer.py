@@ -1,34 +1,137 @@
 """A real Pydantic AI agent, instrumented with its own OpenTelemetry GenAI spans and the
-official OTLP/HTTP exporter, runs against a local OpenAI-protocol server and exports to
-Strand's `/v1/traces`: its run becomes an observed session whose chat, trace and context
-views show its messages, its two tool calls and the exact input of each model request.
-Sending the same bodies again changes nothing."""
+official OTLP/HTTP exporter (gzip, protobuf), runs against a local OpenAI-protocol server
+and exports to Strand's `/v1/traces` on a live daphne: its run becomes an observed session
+whose chat, trace and context views show its messages, its two tool calls and the exact
+input of each model request. Sending the very same bodies again changes nothing."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from sessions_app.models import Event, ObservedConversation, Session
+from sessions_app.models import Event, ObservedSpan, Session
 from tests.ingest.conftest import FINAL_ANSWER, bearer, run_producer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+PROMPT = "What is the weather and the time in Paris?"
 
-def test_agent_run_becomes_an_observed_session(
-    strand_url: str, model_server: Any, alice: Any, tmp_path: Path
-) -> None:
+
+@pytest.fixture
+def observed(strand_url: str, model_server: Any, alice: Any, tmp_path: Path) -> dict[str, Any]:
+    """One run of the producer's agent, exported to Strand as Alice."""
     token = bearer(alice)
-    producer = run_producer(strand_url, token, model_server, tmp_path)
-    out, err = producer.communicate(timeout=60)
+    producer = run_producer(strand_url, token, model_server, tmp_path / "bodies")
+    out, err = producer.communicate(timeout=90)
     assert producer.returncode == 0, err
     assert FINAL_ANSWER in out
     assert "export failed" not in err
-
+    http = requests.Session()
+    http.headers["Authorization"] = f"Bearer {token}"
     session = Session.objects.get(owner=alice)
-    types = list(Event.objects.filter(session=session).order_by("seq").values_list("type", flat=True))
-    print(types)
+    return {
+        "session": session,
+        "http": http,
+        "api": f"{strand_url}/api/sessions/{session.id}",
+        "bodies": sorted((tmp_path / "bodies").glob("*.pb")),
+        "model_requests": model_server.requests,
+        "url": strand_url,
+    }
+
+
+def test_a_run_with_two_tool_calls_is_recorded_as_facts(observed: dict[str, Any]) -> None:
+    session = observed["session"]
+    events = list(Event.objects.filter(session=session).order_by("seq"))
+    types = [e.type for e in events]
     assert types[0] == "session/created"
+    assert events[0].data["source"] == "observed:otlp"
+    assert types.count("turn/start") == 1 and types[-1] == "turn/end"
+    assert types.count("request/sent") == 3  # three model requests
+    assert types.count("request/header") == 1  # the same instructions and tools each time
+    assert types.count("tool/call") == 2 and types.count("tool/result") == 2
+    assert types.count("assistant/message") == 3 and types.count("user/message") == 1
+    # Every span of the run was recorded once: the agent, three requests, two tools.
+    assert ObservedSpan.objects.filter(session=session).count() == 6
+    assert session.title == "weather"
+
+
+def test_chat_shows_the_messages_and_tool_results(observed: dict[str, Any]) -> None:
+    chat = observed["http"].get(f"{observed['api']}/views/chat", timeout=30)
+    assert chat.status_code == 200, chat.text
+    items = chat.json()["items"]
+    kinds = [item["kind"] for item in items]
+    assert kinds[0] == "user" and PROMPT in json.dumps(items[0])
+    assert FINAL_ANSWER in json.dumps(items[-1])
+    text = json.dumps(items)
+    assert "Sunny and 21C in Paris" in text and "10:00 in Paris" in text
+
+
+def test_trace_shows_turn_requests_tools_usage_and_span_times(observed: dict[str, Any]) -> None:
+    trace = observed["http"].get(f"{observed['api']}/views/trace", timeout=30)
+    assert trace.status_code == 200, trace.text
+    body = trace.json()
+    (turn,) = body["spans"]
+    assert turn["kind"] == "turn" and turn["status"] == "ok"
+    steps = [c for c in turn["children"] if c["kind"] == "step"]
+    assert len(steps) == 3
+    requests_ = [c for s in steps for c in s["children"] if c["kind"] == "request"]
+    tools = [c for s in steps for c in s["children"] if c["kind"] == "tool"]
+    assert [t["name"] for t in tools] == ["get_weather", "get_time"]
+    assert all(t["status"] == "ok" for t in tools)
+    # The token counts the model server reported, through the spans.
+    assert [r["usage"]["input"] for r in requests_] == [41, 63, 80]
+    assert [r["usage"]["output"] for r in requests_] == [9, 8, 12]
+    # Times are the spans' own: each request ends before the tool it asked for starts.
+    for request, tool in zip(requests_, tools, strict=False):
+        assert request["end"] <= tool["start"]
+    # Attributes Strand does not map are kept and shown with the span.
+    inputs = dict(requests_[0]["inputs"])
+    assert "server.port" in inputs["attributes"]
+
+
+def test_context_view_shows_the_exact_input_of_each_request(observed: dict[str, Any]) -> None:
+    session = observed["session"]
+    seqs = list(
+        Event.objects.filter(session=session, type="request/sent")
+        .order_by("seq")
+        .values_list("seq", flat=True)
+    )
+    sent_to_model = observed["model_requests"]
+    assert len(sent_to_model) == 3
+    for seq, wire in zip(seqs, sent_to_model, strict=True):
+        view = observed["http"].get(f"{observed['api']}/views/requests/{seq}", timeout=30)
+        assert view.status_code == 200, view.text
+        body = view.json()
+        assert body["matches"] is True
+        recorded = body["recorded_input"]
+        # As many messages as the agent sent the model (less the system message).
+        non_system = [m for m in wire["messages"] if m["role"] != "system"]
+        assert len(recorded["messages"]) == len(non_system)
+        assert recorded["system_instructions"][0]["content"].startswith("You are a weather bot")
+        assert body["system_prompt"].startswith("You are a weather bot")
+        assert {t["name"] for t in body["tools"]} == {"get_weather", "get_time"}
+        assert body["model"] == "test-model" and body["provider"] == "openai"
+    last = observed["http"].get(f"{observed['api']}/views/requests/{seqs[-1]}", timeout=30)
+    roles = [m["role"] for m in last.json()["messages"]]
+    assert roles == ["user", "assistant", "toolResult", "assistant", "toolResult"]
+
+
+def test_sending_the_same_bodies_again_changes_nothing(observed: dict[str, Any]) -> None:
+    session = observed["session"]
+    before = Event.objects.filter(session=session).count()
+    assert len(observed["bodies"]) == 6  # one export per span, as they ended
+    for path in observed["bodies"]:
+        answer = observed["http"].post(
+            f"{observed['url']}/v1/traces",
+            data=gzip.compress(path.read_bytes()),
+            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+    assert Event.objects.filter(session=session).count() == before
+    assert Session.objects.filter(owner=session.owner).count() == 1
