@@ -205,7 +205,7 @@ def _span(
     status = _object(span.get("status") or {}, f"{where}.status")
     code = status.get("code", 0)
     if isinstance(code, str):  # protobuf's JSON mapping writes enum names
-        code = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code, 0)
+        code = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code)
     if not isinstance(code, int) or isinstance(code, bool):
         raise OtlpError(f"{where}.status.code must be an integer")
     return ObservedSpan(
@@ -378,6 +378,7 @@ class _Planner:
         self.facts: list[Fact] = []
         self.recorded: list[ObservedSpan] = []
         self.rejected: list[tuple[ObservedSpan, str]] = []
+        self.entries_of: dict[str, int] = {}
 
     # one span --------------------------------------------------------------------------
 
@@ -669,7 +670,9 @@ class _Planner:
                     [p for p in message.get("parts") or [] if isinstance(p, Mapping)]
                 )
             )
-            finish = finish or (str(message["finish_reason"]) if "finish_reason" in message else None)
+            finish = finish or (
+                str(message["finish_reason"]) if "finish_reason" in message else None
+            )
         reasons = attrs.get(GEN_AI_RESPONSE_FINISH_REASONS)
         if finish is None and isinstance(reasons, list) and reasons:
             finish = str(reasons[0])
@@ -715,8 +718,11 @@ class _Planner:
         step: int | None,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
-        entry_id = hashlib.sha256(f"{span.span_id}:{key}:{len(self.facts)}".encode()).hexdigest()
-        entry_id = entry_id[:12]
+        # Derived from the span alone, so the same span gives the same ids however the
+        # exporter batched it.
+        nth = self.entries_of.get(span.span_id, 0)
+        self.entries_of[span.span_id] = nth + 1
+        entry_id = hashlib.sha256(f"{span.span_id}:{key}:{nth}".encode()).hexdigest()[:12]
         entry = {
             "type": "message",
             "id": entry_id,

@@ -191,7 +191,9 @@ def check_request(
     sent, header = _manifest(by_seq, request_seq)
     observed = _recorded_input(sent)
     if observed is not None:
-        return PayloadCheck(str(sent.data.get("payload_sha256") or ""), payload_sha256(observed), None)
+        return PayloadCheck(
+            str(sent.data.get("payload_sha256") or ""), payload_sha256(observed), None
+        )
     provider_messages = to_provider_messages(context.messages)
     _, digest, error = _rebuild(header.data, provider_messages)
     return PayloadCheck(str(sent.data.get("payload_sha256") or ""), digest, error)

@@ -6,38 +6,74 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sessions_app', '0016_workspace_snapshot_index'),
+        ("sessions_app", "0016_workspace_snapshot_index"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ObservedConversation',
+            name="ObservedConversation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=220)),
-                ('state', models.JSONField(default=dict)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('session', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='sessions_app.session')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=220)),
+                ("state", models.JSONField(default=dict)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "session",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="sessions_app.session",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('owner', 'key'), name='observed_owner_key')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("owner", "key"), name="observed_owner_key")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ObservedSpan',
+            name="ObservedSpan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trace_id', models.CharField(max_length=32)),
-                ('span_id', models.CharField(max_length=16)),
-                ('seq', models.BigIntegerField()),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='sessions_app.session')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("trace_id", models.CharField(max_length=32)),
+                ("span_id", models.CharField(max_length=16)),
+                ("seq", models.BigIntegerField()),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="sessions_app.session",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['trace_id'], name='observed_span_trace')],
-                'constraints': [models.UniqueConstraint(fields=('session', 'trace_id', 'span_id'), name='observed_span_once')],
+                "indexes": [models.Index(fields=["trace_id"], name="observed_span_trace")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("session", "trace_id", "span_id"), name="observed_span_once"
+                    )
+                ],
             },
         ),
     ]

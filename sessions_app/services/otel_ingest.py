@@ -35,7 +35,8 @@ from projections.otel_ingest import (
 )
 from sessions_app import selectors, services, store
 from sessions_app.errors import DomainError
-from sessions_app.models import ObservedConversation, ObservedSpan as SpanRow, Session
+from sessions_app.models import ObservedConversation, Session
+from sessions_app.models import ObservedSpan as SpanRow
 from sessions_app.store import NewEvent
 
 TITLE_MAX = 200
@@ -118,9 +119,9 @@ def _record(owner: User, key: str, spans: list[ObservedSpan], result: IngestResu
     conversation = _conversation(owner, key, spans)
     session = Session.objects.get(pk=conversation.session_id)
     seen = set(
-        SpanRow.objects.filter(
-            session=session, span_id__in=[s.span_id for s in spans]
-        ).values_list("trace_id", "span_id")
+        SpanRow.objects.filter(session=session, span_id__in=[s.span_id for s in spans]).values_list(
+            "trace_id", "span_id"
+        )
     )
     fresh = [s for s in spans if (s.trace_id, s.span_id) not in seen]
     result.duplicates += len(spans) - len(fresh)
@@ -177,9 +178,7 @@ def _conversation(owner: User, key: str, spans: list[ObservedSpan]) -> ObservedC
             return found
         try:
             with transaction.atomic():
-                session = services.session_create(
-                    owner=owner, title=_title(spans), source=SOURCE
-                )
+                session = services.session_create(owner=owner, title=_title(spans), source=SOURCE)
                 return ObservedConversation.objects.create(
                     owner=owner, key=key, session=session, state={}
                 )

@@ -74,16 +74,21 @@ def tool_call(call_id: str, name: str, arguments: dict[str, Any], usage: tuple[i
 FINAL_ANSWER = "In Paris it is sunny, 21C, and 10:00."
 
 
-@pytest.fixture
-def model_server() -> Iterator[ScriptedServer]:
-    """Answers a run of the producer's agent: two tool calls, one after the other, then
-    the answer."""
+def scripted_run() -> ScriptedServer:
+    """A model server that answers one run of the producer's agent: two tool calls, one
+    after the other, then the answer."""
     server = ScriptedServer("openai")
     server.script(
         tool_call("call_weather", "get_weather", {"city": "Paris"}, (41, 9)),
         tool_call("call_time", "get_time", {"city": "Paris"}, (63, 8)),
         completion({"role": "assistant", "content": FINAL_ANSWER}, "stop", (80, 12)),
     )
+    return server
+
+
+@pytest.fixture
+def model_server() -> Iterator[ScriptedServer]:
+    server = scripted_run()
     yield server
     server.close()
 

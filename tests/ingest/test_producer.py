@@ -8,40 +8,60 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
+from django.contrib.auth.models import User
 
+from sessions_app import services
 from sessions_app.models import Event, ObservedSpan, Session
-from tests.ingest.conftest import FINAL_ANSWER, bearer, run_producer
+from tests.ingest.conftest import FINAL_ANSWER, bearer, run_producer, scripted_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The run is recorded once for the module (by the daphne child, committed); each test reads
+# it inside a transaction of its own. The module removes what it made when it ends.
+pytestmark = pytest.mark.django_db
 
 PROMPT = "What is the weather and the time in Paris?"
 
 
-@pytest.fixture
-def observed(strand_url: str, model_server: Any, alice: Any, tmp_path: Path) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def observed(
+    strand_url: str, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
     """One run of the producer's agent, exported to Strand as Alice."""
-    token = bearer(alice)
-    producer = run_producer(strand_url, token, model_server, tmp_path / "bodies")
-    out, err = producer.communicate(timeout=90)
-    assert producer.returncode == 0, err
-    assert FINAL_ANSWER in out
-    assert "export failed" not in err
+    bodies = tmp_path_factory.mktemp("bodies")
+    with django_db_blocker.unblock():
+        alice = User.objects.create_user(username="alice", password="alice-pass-1234")
+        token = bearer(alice)
+    model_server = scripted_run()
+    try:
+        producer = run_producer(strand_url, token, model_server, bodies)
+        out, err = producer.communicate(timeout=90)
+    finally:
+        model_server.close()
     http = requests.Session()
     http.headers["Authorization"] = f"Bearer {token}"
-    session = Session.objects.get(owner=alice)
-    return {
-        "session": session,
-        "http": http,
-        "api": f"{strand_url}/api/sessions/{session.id}",
-        "bodies": sorted((tmp_path / "bodies").glob("*.pb")),
-        "model_requests": model_server.requests,
-        "url": strand_url,
-    }
+    try:
+        assert producer.returncode == 0, err
+        assert FINAL_ANSWER in out
+        assert "export failed" not in err
+        with django_db_blocker.unblock():
+            session = Session.objects.get(owner=alice)
+        yield {
+            "session": session,
+            "http": http,
+            "api": f"{strand_url}/api/sessions/{session.id}",
+            "bodies": sorted(bodies.glob("*.pb")),
+            "model_requests": model_server.requests,
+            "url": strand_url,
+        }
+    finally:
+        with django_db_blocker.unblock():
+            for made in Session.objects.filter(owner=alice):
+                services.session_delete(session=made, by=alice)
+            alice.delete()
 
 
 def test_a_run_with_two_tool_calls_is_recorded_as_facts(observed: dict[str, Any]) -> None:
