@@ -795,7 +795,7 @@ def _ids(span: ObservedSpan) -> dict[str, Any]:
 def _iso(nanos: int) -> str:
     moment = datetime.fromtimestamp(nanos // 1_000_000_000, UTC)
     micros = (nanos % 1_000_000_000) // 1000
-    return moment.replace(microsecond=micros).isoformat().replace("+00:00", "Z")
+    return moment.replace(microsecond=micros).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def observed_time(data: Mapping[str, Any]) -> datetime | None:

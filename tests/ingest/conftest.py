@@ -39,6 +39,31 @@ def strand_url(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
         daphne.stop(process)
 
 
+@pytest.fixture(scope="module")
+def people(django_db_blocker: Any) -> Iterator[dict[str, Any]]:
+    """Alice and Bob with a token each, made for a whole module (what a daphne child
+    commits outlives a test's transaction), and removed with what they own at its end."""
+    from django.contrib.auth.models import User
+
+    from sessions_app import services
+    from sessions_app.models import Session
+
+    with django_db_blocker.unblock():
+        made = {
+            name: User.objects.create_user(username=name, password=f"{name}-pass-1234")
+            for name in ("alice", "bob")
+        }
+        found = {name: {"user": user, "token": bearer(user)} for name, user in made.items()}
+    try:
+        yield found
+    finally:
+        with django_db_blocker.unblock():
+            for user in made.values():
+                for session in Session.objects.filter(owner=user):
+                    services.session_delete(session=session, by=user)
+                user.delete()
+
+
 def completion(message: dict[str, Any], finish: str, usage: tuple[int, int]) -> Raw:
     """One non-streamed chat completion, as OpenAI answers it."""
     body = {
