@@ -519,6 +519,9 @@ def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request).view_only()
+    if selectors.session_is_observed(session):
+        messages.error(request, "This session is observed: nothing runs in it.")
+        return _after_write(request, session, query)
     form = ResendForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))

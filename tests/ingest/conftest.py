@@ -27,12 +27,37 @@ ROOT = Path(__file__).resolve().parents[2]
 PORT = 27_000 + os.getpid() % 300 * 3
 
 
+REPLAY_PRESET = "scripted"  # a preset the server offers, answered by `replay_model`
+
+
 @pytest.fixture(scope="module")
-def strand_url(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+def replay_model() -> Iterator[ScriptedServer]:
+    """The model server behind the `scripted` preset, which replays are sent to."""
+    server = ScriptedServer("openai")
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def strand_url(
+    django_db_setup: Any, django_db_blocker: Any, replay_model: ScriptedServer
+) -> Iterator[str]:
     """daphne serving Strand on the test database, for the whole module."""
     with django_db_blocker.unblock():
         url = child_database_url()
-    process = daphne.start(PORT, {"DATABASE_URL": url, "STRAND_RATE_LIMITS": "{}"})
+    preset = {
+        "provider": "openai",
+        "model": "replay-model",
+        "base_url": replay_model.base_url,
+        "api_key_env": "STRAND_TEST_REPLAY_KEY",
+    }
+    env = {
+        "DATABASE_URL": url,
+        "STRAND_RATE_LIMITS": "{}",
+        "STRAND_PRESETS": json.dumps({REPLAY_PRESET: preset}),
+        "STRAND_TEST_REPLAY_KEY": "not-a-key",
+    }
+    process = daphne.start(PORT, env)
     try:
         yield f"http://127.0.0.1:{PORT}"
     finally:

@@ -5,8 +5,8 @@ Run as a child process by the tests (its tracer provider is its own):
 
     python -m tests.ingest.producer ENDPOINT TOKEN MODEL_BASE_URL BODIES_DIR [TOOL_DELAY_S]
 
-The agent has two tools (`get_weather`, `get_time`); the model server decides which it
-calls. Every body the exporter sends is also written to BODIES_DIR (`0000.pb`, …), so a test
+The agent has three tools (`get_weather`, `get_time`, and `read`, named as one of Strand's
+own tools is); the model server decides which it calls. Every body the exporter sends is also written to BODIES_DIR (`0000.pb`, …), so a test
 can send the very same bodies again. Spans are exported one by one as they end, so Strand
 receives them while the agent runs. Prints the agent's output last.
 """
@@ -79,6 +79,11 @@ def main(endpoint: str, token: str, model_url: str, bodies: str, delay: float = 
         """The local time in a city."""
         time.sleep(delay)
         return f"10:00 in {city}"
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        """Read one of this agent's own files (named as one of Strand's tools is)."""
+        return f"the agent's own {path}"
 
     result = agent.run_sync("What is the weather and the time in Paris?")
     provider.shutdown()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,14 @@ from django.contrib.auth.models import User
 
 from sessions_app import services
 from sessions_app.models import Event, ObservedSpan, Session
-from tests.ingest.conftest import FINAL_ANSWER, bearer, run_producer, scripted_run
+from tests.ingest.conftest import (
+    FINAL_ANSWER,
+    REPLAY_PRESET,
+    bearer,
+    run_producer,
+    scripted_run,
+)
+from tests.runtime.servers import ScriptedServer, Stream, oa_chunk, oa_text, oa_tool_call, oa_usage
 
 # The run is recorded once for the module (by the daphne child, committed); each test reads
 # it inside a transaction of its own. The module removes what it made when it ends.
@@ -134,7 +142,7 @@ def test_context_view_shows_the_exact_input_of_each_request(observed: dict[str, 
         assert len(recorded["messages"]) == len(non_system)
         assert recorded["system_instructions"][0]["content"].startswith("You are a weather bot")
         assert body["system_prompt"].startswith("You are a weather bot")
-        assert {t["name"] for t in body["tools"]} == {"get_weather", "get_time"}
+        assert {t["name"] for t in body["tools"]} == {"get_weather", "get_time", "read"}
         assert body["model"] == "test-model" and body["provider"] == "openai"
     last = observed["http"].get(f"{observed['api']}/views/requests/{seqs[-1]}", timeout=30)
     roles = [m["role"] for m in last.json()["messages"]]
@@ -155,3 +163,51 @@ def test_sending_the_same_bodies_again_changes_nothing(observed: dict[str, Any])
         assert answer.status_code == 200, answer.text
     assert Event.objects.filter(session=session).count() == before
     assert Session.objects.filter(owner=session.owner).count() == 1
+
+
+def test_a_model_request_replays_against_a_preset_and_its_tools_never_run(
+    observed: dict[str, Any], replay_model: ScriptedServer
+) -> None:
+    session = observed["session"]
+    first = Event.objects.filter(session=session, type="request/sent").order_by("seq").first()
+    assert first is not None
+    # The replayed model asks for the observed agent's `read` (a name Strand's own tools
+    # have too), then answers.
+    replay_model.script(
+        Stream(
+            [
+                oa_tool_call(0, "call_r", "read", '{"path": "README.md"}'),
+                oa_chunk(finish="tool_calls"),
+                oa_usage(30, 5),
+            ]
+        ),
+        oa_text("Replayed answer."),
+    )
+    answer = observed["http"].post(
+        f"{observed['api']}/requests/{first.seq}/replay",
+        json={"preset": REPLAY_PRESET},
+        timeout=30,
+    )
+    assert answer.status_code == 202, answer.text
+    (turn,) = answer.json()["turns"]
+    deadline = time.monotonic() + 30
+    while not Event.objects.filter(session=session, type="turn/end", turn=turn).exists():
+        assert time.monotonic() < deadline, "the replay did not end"
+        time.sleep(0.2)
+    assert Event.objects.get(session=session, type="turn/end", turn=turn).data["reason"] == (
+        "completed"
+    )
+    # The model was offered the recorded tools and the recorded conversation ...
+    sent = replay_model.requests[0]
+    assert {t["function"]["name"] for t in sent["tools"]} == {"get_weather", "get_time", "read"}
+    assert PROMPT in json.dumps(sent["messages"])
+    # ... and its call was answered without running anything.
+    result = Event.objects.get(session=session, type="tool/result", turn=turn)
+    assert result.data["error_code"] == "UNKNOWN_TOOL"
+    assert "Replayed answer." in json.dumps(
+        list(
+            Event.objects.filter(session=session, type="assistant/message", turn=turn).values_list(
+                "data", flat=True
+            )
+        )
+    )
