@@ -664,15 +664,11 @@ class _Planner:
         outputs = _messages(attrs.get(GEN_AI_OUTPUT_MESSAGES), GEN_AI_OUTPUT_MESSAGES)
         content: list[dict[str, Any]] = []
         finish: str | None = None
-        for message in outputs or []:
+        for output in outputs or []:
             content.extend(
-                _assistant_content(
-                    [p for p in message.get("parts") or [] if isinstance(p, Mapping)]
-                )
+                _assistant_content([p for p in output.get("parts") or [] if isinstance(p, Mapping)])
             )
-            finish = finish or (
-                str(message["finish_reason"]) if "finish_reason" in message else None
-            )
+            finish = finish or (str(output["finish_reason"]) if "finish_reason" in output else None)
         reasons = attrs.get(GEN_AI_RESPONSE_FINISH_REASONS)
         if finish is None and isinstance(reasons, list) and reasons:
             finish = str(reasons[0])
@@ -932,7 +928,8 @@ def _tool_definitions(value: Any) -> list[dict[str, Any]]:
     for tool in value:
         if not isinstance(tool, Mapping):
             continue
-        inner = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        function = tool.get("function")
+        inner: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
         tools.append(
             {
                 "name": str(inner.get("name") or ""),

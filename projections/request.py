@@ -129,6 +129,8 @@ def project_request(
     )
     provider_messages = tuple(to_provider_messages(context.messages))
     observed = _recorded_input(sent)
+    payload: dict[str, Any] | None
+    digest: str | None
     if observed is not None:
         payload, digest, error = dict(observed), payload_sha256(observed), None
     else:

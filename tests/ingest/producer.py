@@ -91,5 +91,5 @@ def main(endpoint: str, token: str, model_url: str, bodies: str, delay: float = 
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    main(*args[:4], *(float(a) for a in args[4:5]))
+    endpoint, token, model_url, bodies, *rest = sys.argv[1:]
+    main(endpoint, token, model_url, bodies, float(rest[0]) if rest else 0.0)

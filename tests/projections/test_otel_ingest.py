@@ -11,6 +11,7 @@ import pytest
 
 from projections.otel_ingest import (
     SEMCONV_VERSION,
+    Fact,
     IngestState,
     OtlpError,
     Plan,
@@ -82,7 +83,7 @@ def test_spans_in_any_order_within_a_request_are_placed_by_their_times() -> None
 
 def test_spans_arriving_one_request_at_a_time_give_the_same_facts() -> None:
     run = agent_run()
-    state, seq, facts = IngestState(), 1, []
+    state, seq, facts = IngestState(), 1, list[Fact]()
     for one in (run[1], run[2], run[3], run[0]):  # as an exporter sends them: by end time
         p = plan_spans(state, parse_otlp_json(body(one)), first_seq=seq, max_event_bytes=1 << 20)
         facts += p.facts
