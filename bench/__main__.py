@@ -18,6 +18,7 @@ def main(argv: list[str]) -> int:
         entry_search,
         langgraph,
         live,
+        otlp,
         pages,
         pi,
         projector,
@@ -43,6 +44,7 @@ def main(argv: list[str]) -> int:
         "projector": projector.run,
         "usage": usage.run,
         "workspace": workspace.run,
+        "otlp": otlp.run,
     }
     chosen = argv or list(suites)
     report = Report()

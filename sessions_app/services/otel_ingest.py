@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -94,16 +95,20 @@ def _grouped(owner: User, spans: list[ObservedSpan]) -> dict[str, list[ObservedS
     for span in spans:
         by_trace[span.trace_id].append(span)
     # A trace without a conversation id: the session an earlier span of it was recorded in.
-    earlier = dict(
-        SpanRow.objects.filter(session__owner=owner, trace_id__in=list(by_trace))
-        .values_list("trace_id", "session_id")
-        .distinct()
-    )
-    keys_of = dict(
-        ObservedConversation.objects.filter(session_id__in=set(earlier.values())).values_list(
-            "session_id", "key"
+    unnamed = [t for t, members in by_trace.items() if not any(s.conversation_id for s in members)]
+    earlier: dict[str, Any] = {}
+    keys_of: dict[Any, str] = {}
+    if unnamed:
+        earlier = dict(
+            SpanRow.objects.filter(session__owner=owner, trace_id__in=unnamed)
+            .values_list("trace_id", "session_id")
+            .distinct()
         )
-    )
+        keys_of = dict(
+            ObservedConversation.objects.filter(session_id__in=set(earlier.values())).values_list(
+                "session_id", "key"
+            )
+        )
     groups: dict[str, list[ObservedSpan]] = defaultdict(list)
     for trace_id, members in by_trace.items():
         conversation = next((s.conversation_id for s in members if s.conversation_id), None)
@@ -117,7 +122,7 @@ def _grouped(owner: User, spans: list[ObservedSpan]) -> dict[str, list[ObservedS
 
 def _record(owner: User, key: str, spans: list[ObservedSpan], result: IngestResult) -> None:
     conversation = _conversation(owner, key, spans)
-    session = Session.objects.get(pk=conversation.session_id)
+    session = conversation.session
     seen = set(
         SpanRow.objects.filter(session=session, span_id__in=[s.span_id for s in spans]).values_list(
             "trace_id", "span_id"
@@ -172,7 +177,10 @@ def _conversation(owner: User, key: str, spans: list[ObservedSpan]) -> ObservedC
     that make the same one at once: the second waits for the first and takes its row."""
     for _ in range(2):
         found = (
-            ObservedConversation.objects.select_for_update().filter(owner=owner, key=key).first()
+            ObservedConversation.objects.select_for_update(of=("self",))
+            .select_related("session")
+            .filter(owner=owner, key=key)
+            .first()
         )
         if found is not None:
             return found
