@@ -211,3 +211,21 @@ def test_a_model_request_replays_against_a_preset_and_its_tools_never_run(
             )
         )
     )
+
+
+def test_usage_and_search_count_the_observed_session(observed: dict[str, Any]) -> None:
+    usage = observed["http"].get(f"{observed['url']}/api/usage", timeout=30)
+    assert usage.status_code == 200, usage.text
+    report = usage.json()
+    # (A replay of this module may have added replies of its own model.)
+    (observed_model,) = [m for m in report["by_model"] if m["model"] == "openai / test-model"]
+    assert observed_model["replies"] == 3
+    assert observed_model["input_tokens"] == 41 + 63 + 80
+    assert observed_model["output_tokens"] == 9 + 8 + 12
+    tools = {t["tool"]: t for t in report["tools"]}
+    assert tools["get_weather"]["calls"] == 1 and tools["get_weather"]["errors"] == 0
+    assert tools["get_time"]["calls"] == 1
+    found = observed["http"].get(f"{observed['url']}/api/search", params={"q": "Sunny"}, timeout=30)
+    assert found.status_code == 200, found.text
+    hits = {(h["role"], h["tool_name"]) for h in found.json()["items"]}
+    assert hits == {("assistant", ""), ("toolResult", "get_weather")}
