@@ -210,7 +210,7 @@ def run(report: Report) -> None:
             bodies, spans = _bodies(shape, i + 1)
             sent = sum(len(b) for b in bodies)
             rates = []
-            for again in (False, True):
+            for _ in range(2):  # recorded, then sent again
                 start = time.perf_counter()
                 for body in bodies:
                     answer = http.post(url, data=body, timeout=120)
