@@ -297,6 +297,9 @@ def _any_value(value: Any, where: str, depth: int) -> Any:
     return None
 
 
+NOT_GENAI = "not a GenAI span (no known gen_ai.operation.name)"
+
+
 def session_key(span: ObservedSpan, conversation: str | None) -> str:
     """The key that groups spans into one session of an owner: the conversation id, else
     the trace id."""
@@ -385,7 +388,7 @@ class _Planner:
     def add(self, span: ObservedSpan) -> None:
         operation = span.operation
         if operation not in OPERATIONS:
-            self.rejected.append((span, "not a GenAI span (no known gen_ai.operation.name)"))
+            self.rejected.append((span, NOT_GENAI))
             return
         mark = (len(self.facts), IngestState.from_json(self.state.to_json()))
         try:
@@ -718,7 +721,8 @@ class _Planner:
         # exporter batched it.
         nth = self.entries_of.get(span.span_id, 0)
         self.entries_of[span.span_id] = nth + 1
-        entry_id = hashlib.sha256(f"{span.span_id}:{key}:{nth}".encode()).hexdigest()[:12]
+        seed = f"{span.trace_id}:{span.span_id}:{key}:{nth}"
+        entry_id = hashlib.sha256(seed.encode()).hexdigest()[:12]
         entry = {
             "type": "message",
             "id": entry_id,

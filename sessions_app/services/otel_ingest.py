@@ -28,6 +28,8 @@ from django.db import IntegrityError, transaction
 
 from projections.otel_ingest import (
     GEN_AI_AGENT_NAME,
+    NOT_GENAI,
+    OPERATIONS,
     SOURCE,
     IngestState,
     ObservedSpan,
@@ -84,8 +86,25 @@ def otel_ingest(*, owner: User, spans: Sequence[ObservedSpan]) -> IngestResult:
     result = IngestResult()
     unique = {(s.trace_id, s.span_id): s for s in spans}
     result.duplicates += len(spans) - len(unique)
+    genai = []
+    for span in unique.values():
+        if span.operation in OPERATIONS:
+            genai.append(span)
+        else:  # refused here, so that no session is made for spans of no conversation
+            result.rejected += 1
+            result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {NOT_GENAI}")
+    # Spans this owner's sessions hold already, found in one query (checked again under
+    # each conversation's lock below, which is what makes it exact).
+    known = set(
+        SpanRow.objects.filter(
+            session__owner=owner, span_id__in=list({s.span_id for s in genai})
+        ).values_list("trace_id", "span_id")
+    )
+    fresh = [s for s in genai if (s.trace_id, s.span_id) not in known]
+    result.duplicates += len(genai) - len(fresh)
+    result.accepted += len(genai) - len(fresh)
     with transaction.atomic():
-        for key, group in sorted(_grouped(owner, list(unique.values())).items()):
+        for key, group in sorted(_grouped(owner, fresh).items()):
             _record(owner, key, group, result)
     return result
 
@@ -121,13 +140,13 @@ def _grouped(owner: User, spans: list[ObservedSpan]) -> dict[str, list[ObservedS
 
 
 def _record(owner: User, key: str, spans: list[ObservedSpan], result: IngestResult) -> None:
-    conversation = _conversation(owner, key, spans)
+    conversation, made = _conversation(owner, key, spans)
     session = conversation.session
-    seen = set(
-        SpanRow.objects.filter(session=session, span_id__in=[s.span_id for s in spans]).values_list(
-            "trace_id", "span_id"
-        )
-    )
+    seen: set[tuple[str, str]] = set()
+    if not made:  # a conversation made now has no span yet
+        ids = [s.span_id for s in spans]
+        rows = SpanRow.objects.filter(session=session, span_id__in=ids)
+        seen = set(rows.values_list("trace_id", "span_id"))
     fresh = [s for s in spans if (s.trace_id, s.span_id) not in seen]
     result.duplicates += len(spans) - len(fresh)
     result.accepted += len(spans) - len(fresh)
@@ -172,9 +191,12 @@ def _record(owner: User, key: str, spans: list[ObservedSpan], result: IngestResu
         result.sessions.append(session)
 
 
-def _conversation(owner: User, key: str, spans: list[ObservedSpan]) -> ObservedConversation:
-    """The conversation's row, locked; made (with its session) when it is new. Two requests
-    that make the same one at once: the second waits for the first and takes its row."""
+def _conversation(
+    owner: User, key: str, spans: list[ObservedSpan]
+) -> tuple[ObservedConversation, bool]:
+    """The conversation's row, locked, and whether it was made now (with its session). Two
+    requests that make the same one at once: the second waits for the first and takes its
+    row."""
     for _ in range(2):
         found = (
             ObservedConversation.objects.select_for_update(of=("self",))
@@ -183,13 +205,14 @@ def _conversation(owner: User, key: str, spans: list[ObservedSpan]) -> ObservedC
             .first()
         )
         if found is not None:
-            return found
+            return found, False
         try:
             with transaction.atomic():
                 session = services.session_create(owner=owner, title=_title(spans), source=SOURCE)
-                return ObservedConversation.objects.create(
+                made = ObservedConversation.objects.create(
                     owner=owner, key=key, session=session, state={}
                 )
+                return made, True
         except IntegrityError:
             continue
     raise RuntimeError(f"the conversation {key!r} could not be made or found")

@@ -241,3 +241,13 @@ def test_past_the_rate_limit_an_exporter_is_told_when_to_retry(settings: Any) ->
     refused = client.post("/v1/traces", data, content_type="application/json")
     assert int(refused["Retry-After"]) >= 1
     assert refused.json()["error"] == "rate_limited"
+
+
+def test_spans_of_no_genai_operation_make_no_session(strand_url: str, people: Any) -> None:
+    bob = people["bob"]
+    before = sessions_of(bob["user"])
+    lone = span("GET /health", "7" * 16, trace="f" * 32, start_ms=1, end_ms=2)
+    answer = post(strand_url, bob["token"], encoded(body(lone)))
+    assert answer.status_code == 200
+    assert answer.json()["partialSuccess"]["rejectedSpans"] == "1"
+    assert sessions_of(bob["user"]) == before
