@@ -25,9 +25,11 @@ from typing import Any
 
 from bench.common import Report, Row, text_payload
 
-RUNS = 100  # agent runs per shape (400 spans)
+RUNS = 100  # agent runs per shape (400 spans), but for whole batches:
 BATCH_SPANS = 512
+BATCH_RUNS = 512  # 2,048 spans: four requests of 512 (128 conversations each)
 T0 = 1_790_000_000_000_000_000
+NONCE = random.SystemRandom().getrandbits(63) | 1
 
 
 def _value(v: Any) -> dict[str, Any]:
@@ -59,8 +61,10 @@ def _span(
 
 
 def agent_run(rng: random.Random, n: int, conversation: str) -> list[dict[str, Any]]:
-    trace = f"{n + 1:032x}"
-    root, chat1, tool, chat2 = (f"{n * 4 + i + 1:016x}" for i in range(4))
+    # Ids of this run of the benchmark alone: spans of an earlier run (the same owner, in the
+    # same database) would otherwise be found recorded already and skipped.
+    trace = f"{NONCE:016x}{n + 1:016x}"
+    root, chat1, tool, chat2 = (f"{NONCE % 2**32:08x}{n * 4 + i + 1:08x}" for i in range(4))
     question = text_payload(rng, 1000, 4000)
     answer = text_payload(rng, 300, 2000)
     call = {"type": "tool_call", "id": f"call-{n}", "name": "lookup", "arguments": '{"q": 1}'}
@@ -163,13 +167,14 @@ def _protobuf(spans: list[dict[str, Any]]) -> bytes:
 
 def _bodies(shape: str, seed: int) -> tuple[list[bytes], int]:
     rng = random.Random(seed)
-    runs = [agent_run(rng, seed * RUNS + n, f"bench-{shape}-{seed}-{n}") for n in range(RUNS)]
+    count = BATCH_RUNS if shape == "batch" else RUNS
+    runs = [agent_run(rng, seed * 10_000 + n, f"bench-{NONCE:x}-{shape}-{n}") for n in range(count)]
     if shape == "span":
         # As a SimpleSpanProcessor sends them: each span when it ends.
         order = (1, 2, 3, 0)
-        return [_protobuf([run[i]]) for run in runs for i in order], RUNS * 4
+        return [_protobuf([run[i]]) for run in runs for i in order], len(runs) * 4
     if shape == "run":
-        return [_protobuf(run) for run in runs], RUNS * 4
+        return [_protobuf(run) for run in runs], len(runs) * 4
     flat = [span for run in runs for span in run]
     return [_protobuf(flat[i : i + BATCH_SPANS]) for i in range(0, len(flat), BATCH_SPANS)], len(
         flat
