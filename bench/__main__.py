@@ -20,6 +20,7 @@ def main(argv: list[str]) -> int:
         langgraph,
         live,
         otlp,
+        otlp_ingest,
         pages,
         pi,
         projector,
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
         "otlp": otlp.run,
         "usage": usage.run,
         "workspace": workspace.run,
+        "otlp_ingest": otlp_ingest.run,
     }
     chosen = argv or list(suites)
     report = Report()

@@ -9,7 +9,9 @@ is all there is before the body:
 - A request with a credential gets its route's limit: the Pi import (`/sessions/import`,
   `/api/sessions/import`) `STRAND_MAX_IMPORT_BYTES` plus room for the multipart framing,
   an upload into a workspace (`POST /api/sessions/<id>/files`,
-  `/sessions/<id>/workspace/upload`) `STRAND_MAX_UPLOAD_BYTES` plus that room, everything else `STRAND_MAX_BODY_BYTES` (the API's JSON, the pages' forms).
+  `/sessions/<id>/workspace/upload`) `STRAND_MAX_UPLOAD_BYTES` plus that room, OTLP trace
+  export (`POST /v1/traces`, with a bearer token) `STRAND_MAX_OTLP_BYTES` as sent,
+  everything else `STRAND_MAX_BODY_BYTES` (the API's JSON, the pages' forms).
 
 A credential is the session cookie, or for the API an `Authorization: Bearer` header; it
 is not checked here. Whether it is valid is only known once Django has read the session
@@ -53,6 +55,7 @@ IMPORTS = ("/sessions/import", "/api/sessions/import")
 UPLOADS = re.compile(
     r"^/(api/sessions/[0-9a-fA-F-]{32,36}/files|sessions/[0-9a-fA-F-]{32,36}/workspace/upload)/?$"
 )
+OTLP_TRACES = "/v1/traces"
 MULTIPART_ROOM = 64 * 1024  # a file's multipart framing and the form's other fields
 # How long a connection that was answered 413 is read on (and what it sends dropped), so
 # that the client gets the answer before the connection closes; then it is cut.
@@ -94,7 +97,8 @@ class Limit:
 def limit_for(method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) -> Limit:
     """The limit of a request, from its path (percent-decoded, as Django routes it) and
     its headers (lower-case names)."""
-    api = path.startswith("/api/")
+    # OTLP's door answers in JSON as the API does, and takes the API's bearer tokens.
+    api = path.startswith("/api/") or path == OTLP_TRACES
     anonymous = int(settings.STRAND_MAX_ANONYMOUS_BODY_BYTES)
     if path in SIGN_IN:
         return Limit(anonymous, api, "a sign-in")
@@ -104,6 +108,8 @@ def limit_for(method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) ->
         return Limit(
             int(settings.STRAND_MAX_IMPORT_BYTES) + MULTIPART_ROOM, api, "a Pi file upload"
         )
+    if path == OTLP_TRACES:
+        return Limit(int(settings.STRAND_MAX_OTLP_BYTES), api, "an OTLP trace export")
     if method == "POST" and UPLOADS.match(path):
         return Limit(
             int(settings.STRAND_MAX_UPLOAD_BYTES) + MULTIPART_ROOM, api, "an upload of files"

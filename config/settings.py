@@ -272,7 +272,13 @@ STRAND_MAX_UPLOAD_BYTES = int(os.environ.get("STRAND_MAX_UPLOAD_BYTES", str(50 *
 STRAND_MAX_BODY_BYTES = int(
     os.environ.get("STRAND_MAX_BODY_BYTES", str(max(4 * 1024 * 1024, 2 * STRAND_MAX_EVENT_BYTES)))
 )
-DATA_UPLOAD_MAX_MEMORY_SIZE = STRAND_MAX_BODY_BYTES
+# OTLP trace export (`POST /v1/traces`): the body as sent (gzip or not), and once gunzipped
+# (decompression stops there, so a gzip bomb inflates no further).
+STRAND_MAX_OTLP_BYTES = int(os.environ.get("STRAND_MAX_OTLP_BYTES", str(STRAND_MAX_BODY_BYTES)))
+STRAND_MAX_OTLP_DECODED_BYTES = int(
+    os.environ.get("STRAND_MAX_OTLP_DECODED_BYTES", str(16 * 1024 * 1024))
+)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(STRAND_MAX_BODY_BYTES, STRAND_MAX_OTLP_BYTES)
 # Deepest nesting of objects and arrays in an entry (or the data of an event that adds none),
 # refused past it at append and at Pi import: every renderer is tested at this depth.
 STRAND_MAX_JSON_DEPTH = int(os.environ.get("STRAND_MAX_JSON_DEPTH", "64"))

@@ -95,6 +95,10 @@ class RequestView:
     response_entry_id: str | None  # the assistant message that answered, if given
     # Entries a context edit (Pi 1.6) left out of the request, each with that edit.
     omitted: tuple[MessageSource, ...] = ()
+    # A request another agent sent, recorded from its OpenTelemetry spans: its exact input
+    # as the spans carried it (system instructions and messages in the GenAI format). Then
+    # `payload` is that input and `matches` compares its hash with the recorded one.
+    recorded_input: Mapping[str, Any] | None = None
 
 
 def project_request(
@@ -124,7 +128,13 @@ def project_request(
         for i, (m, source) in enumerate(zip(context.messages, sources, strict=True))
     )
     provider_messages = tuple(to_provider_messages(context.messages))
-    payload, digest, error = _rebuild(header.data, provider_messages)
+    observed = _recorded_input(sent)
+    payload: dict[str, Any] | None
+    digest: str | None
+    if observed is not None:
+        payload, digest, error = dict(observed), payload_sha256(observed), None
+    else:
+        payload, digest, error = _rebuild(header.data, provider_messages)
     recorded = str(sent.data.get("payload_sha256") or "")
     return RequestView(
         seq=sent.seq,
@@ -151,7 +161,13 @@ def project_request(
         error=error,
         response_entry_id=_response_entry_id(events, sent),
         omitted=context.omitted,
+        recorded_input=observed,
     )
+
+
+def _recorded_input(sent: EventRecord) -> Mapping[str, Any] | None:
+    recorded = sent.data.get("recorded_input")
+    return recorded if isinstance(recorded, Mapping) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +191,11 @@ def check_request(
     what `project_request` says of it (`matches`, `payload_sha256`, `error`), without the
     readable messages, their keys and estimates that a view shows."""
     sent, header = _manifest(by_seq, request_seq)
+    observed = _recorded_input(sent)
+    if observed is not None:
+        return PayloadCheck(
+            str(sent.data.get("payload_sha256") or ""), payload_sha256(observed), None
+        )
     provider_messages = to_provider_messages(context.messages)
     _, digest, error = _rebuild(header.data, provider_messages)
     return PayloadCheck(str(sent.data.get("payload_sha256") or ""), digest, error)

@@ -40,6 +40,7 @@ from projections.chat import (
     tool_calls_of,
 )
 from projections.faults import fault_view
+from projections.otel_ingest import observed_pairs
 from projections.payload import arguments_json
 from projections.records import EventRecord
 from projections.subagent_trace import graft_children
@@ -520,6 +521,8 @@ def _turn_span(turn: _Turn, fold: _Fold) -> TraceSpan:
     if status == "interrupted" and turn.end is not None:
         outputs.append(("closed_by_recovery_at", turn.end.time))
     outputs += [("steps", len(turn.steps)), ("usage", usage)]
+    if turn.end is not None:
+        outputs += observed_pairs(turn.end.data)
     return TraceSpan(
         kind="turn",
         key=f"turn-{turn.number}",
@@ -784,7 +787,7 @@ def _request_inputs(sent: EventRecord | None, header: Mapping[str, Any] | None) 
     ]
     if header is not None:
         pairs += [("provider", header.get("provider")), ("model", header.get("model"))]
-    return tuple(pairs)
+    return (*pairs, *observed_pairs(data))
 
 
 def _request_outputs(
@@ -829,6 +832,7 @@ def _tool_span(tool: _Tool, step: _Step, turn: _Turn) -> TraceSpan:
             ("arguments", _raw_arguments(tool)),
             ("requested_seq", tool.requested.seq if tool.requested else None),
             ("dispatched_seq", tool.dispatched.seq if tool.dispatched else None),
+            *(observed_pairs(tool.dispatched.data) if tool.dispatched else ()),
         ),
         outputs=(
             ("result_entry_id", tool.result.entry_id if tool.result else None),

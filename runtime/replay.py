@@ -33,6 +33,10 @@ class ReplaySource:
     request_seq: int
     leaf_entry_id: str
     header: Mapping[str, Any]  # the fields of the `request/header` it was sent under
+    # False for a request another agent sent (an observed session): the model is offered
+    # the recorded tools' definitions, but none of them runs here (a call is answered as
+    # an unknown tool), whatever its name.
+    run_tools: bool = True
 
 
 @dataclass(frozen=True, slots=True)

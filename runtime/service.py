@@ -226,7 +226,7 @@ class Runtime:
         if not plans:
             raise AgentError("a replay needs at least one preset")
         setup = await self.log.setup(session_id)  # the session may run at all (workspace)
-        tools = replay_tool_names(source)
+        tools = replay_tool_names(source) if source.run_tools else ()
         prepared: list[tuple[AgentConfig, Provider, Toolbox, dict[str, Any]]] = []
         for plan in plans:
             # The replay offers the recorded request's tools, whatever the preset's are.

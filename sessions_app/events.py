@@ -57,7 +57,9 @@ class SessionCreated(EventData):
     title: str = ""
     cwd: str = ""
     preset: JSON = Field(default_factory=dict)
-    source: Literal["new", "fork", "import:pi", "subagent"] = "new"
+    # observed:otlp: recorded from another agent's OpenTelemetry GenAI spans
+    # (`services.otel_ingest`); nothing runs in it, its facts say what that agent did.
+    source: Literal["new", "fork", "import:pi", "subagent", "observed:otlp"] = "new"
     parent_session: str | None = None
     fork_point: str | None = None
     pi_header: JSON | None = None

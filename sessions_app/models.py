@@ -380,3 +380,45 @@ class KeyRateCounter(models.Model):
 
 
 from sessions_app.projectors.models import ProjectorCheckpoint, SearchDoc, UsageCount  # noqa: E402,F401
+
+
+class ObservedConversation(models.Model):
+    """A conversation an owner's agent sends as OpenTelemetry GenAI spans (`POST /v1/traces`)
+    and the observed session it is recorded in. The key (`conversation:<gen_ai.conversation.id>`
+    or `trace:<trace id>`) is per owner: another user's spans with the same conversation id
+    make a session of their own. `state` is what the next spans are planned from
+    (`projections.otel_ingest.IngestState`); its row is locked while they are recorded."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    key = models.CharField(max_length=220)
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="+")
+    state = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="observed_owner_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id} {self.key}"
+
+
+class ObservedSpan(models.Model):
+    """A span recorded in an observed session: the same span sent again is recorded once."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    # The seq of the first fact the span added (0 when it added none of its own).
+    seq = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "trace_id", "span_id"], name="observed_span_once"
+            ),
+        ]
+        indexes = [models.Index(fields=["trace_id"], name="observed_span_trace")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.trace_id}/{self.span_id}"

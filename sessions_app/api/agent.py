@@ -30,7 +30,7 @@ from sessions_app.api.schemas import (
 )
 from sessions_app.errors import DomainError
 from sessions_app.presets import preset_name_of
-from sessions_app.services import ratelimit, replay
+from sessions_app.services import otel_ingest, ratelimit, replay
 
 router = Router(tags=["sessions"])
 
@@ -38,6 +38,7 @@ router = Router(tags=["sessions"])
 def _send(request: HttpRequest, session_id: uuid.UUID, text: str, mode: str) -> Any:
     user = auth_user(request)
     session = access.session_for(user, session_id, write=True)
+    otel_ingest.refuse_if_observed(session)
     ratelimit.rate_hit(user, "message")
     sent = agent.agent_send_message(session, text, mode=mode)
     return Status(202, plain(sent))
@@ -75,6 +76,7 @@ def turn_retry(request: HttpRequest, session_id: uuid.UUID, body: RetryIn) -> An
     while a turn runs; 422 for a reply that did not fail)."""
     user = auth_user(request)
     session = access.session_for(user, session_id, write=True)
+    otel_ingest.refuse_if_observed(session)
     ratelimit.rate_hit(user, "message")
     return Status(202, plain(agent.agent_retry(session, body.entry_id)))
 

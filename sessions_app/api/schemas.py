@@ -620,6 +620,11 @@ class RequestOut(Schema):
     error: str | None
     response_entry_id: str | None
     omitted: list[MessageSourceOut] = []
+    recorded_input: dict[str, Any] | None = Field(
+        None,
+        description="A request of an observed session: its exact input as the agent's "
+        "OpenTelemetry spans recorded it (then payload is this input)",
+    )
 
 
 # --- the agent -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import connection
 
+from projections.otel_ingest import observed_time
 from projections.records import EventRecord
 from sessions_app import events as vocab
 from sessions_app import redaction, store
@@ -75,6 +76,7 @@ def records(rows: Iterable[tuple[Any, ...]]) -> list[EventRecord]:
         loaded = vocab.load_event(type_, version, store.decode_json(data), ignorable=ignorable)
         if loaded is not None:
             loaded = redaction.event_data(type_, loaded)
+            time = observed_time(loaded) or time  # as `store` reads it
             out.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
     return out
 

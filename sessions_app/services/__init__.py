@@ -279,6 +279,9 @@ def session_delete(*, session: Session, by: User) -> None:
         # Its share links go with it (their open guest sockets close: migration 0016).
         cur.execute("DELETE FROM sessions_app_sharelink WHERE session_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_entry WHERE session_id = %s", [sid])
+        # An observed session's spans and conversation (`services.otel_ingest`).
+        cur.execute("DELETE FROM sessions_app_observedspan WHERE session_id = %s", [sid])
+        cur.execute("DELETE FROM sessions_app_observedconversation WHERE session_id = %s", [sid])
         cur.execute("DELETE FROM sessions_app_event WHERE session_id = %s", [sid])
         # What the asynchronous projectors made of it (the search index, the usage rollups).
         session_forget(sid)

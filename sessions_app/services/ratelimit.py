@@ -78,6 +78,9 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     "revoke": (60, 3600),
     # Making share links.
     "share": (30, 3600),
+    # OTLP trace export (`POST /v1/traces`): an exporter sends a batch every few seconds,
+    # one request per span at most when it exports each span as it ends.
+    "otlp": (600, 60),
     # A share link's guest pages, counted per link and per client address (`rate_hit_key`).
     "share-view": (120, 60),
 }

@@ -15,7 +15,7 @@ from typing import Any
 
 from projections.request import RequestNotFound, RequestView
 from runtime.replay import Replayed, ReplayPlan, ReplaySource
-from sessions_app import agent, presets
+from sessions_app import agent, presets, selectors
 from sessions_app.access import NotAllowed
 from sessions_app.errors import DomainError
 from sessions_app.limits import SEQ_MAX
@@ -129,7 +129,9 @@ def replay_source(session: Session, seq: int, view: RequestView | None = None) -
         ],
         "thinking_level": view.thinking_level or "off",
     }
-    return ReplaySource(seq, view.leaf_entry_id, header)
+    # An observed session's tools are its agent's, not Strand's: none of them runs here.
+    observed = view.recorded_input is not None or selectors.session_is_observed(session)
+    return ReplaySource(seq, view.leaf_entry_id, header, run_tools=not observed)
 
 
 def replay_start(

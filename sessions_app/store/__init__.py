@@ -41,6 +41,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from projections.nesting import nested_past
+from projections.otel_ingest import observed_time
 from projections.records import EntryRecord, EventRecord
 from sessions_app import events as vocab
 from sessions_app import redaction
@@ -566,6 +567,8 @@ def _event_records(rows: Iterable[tuple]) -> list[EventRecord]:
         if loaded is None:
             continue
         loaded = redaction.event_data(type_, loaded)
+        # A fact recorded from another agent's spans happened at its span's time.
+        time = observed_time(loaded) or time
         records.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
     return records
 

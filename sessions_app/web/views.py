@@ -309,6 +309,7 @@ def _base_context(request: HttpRequest, session: Session, query: PageQuery) -> d
         "is_owner": session.owner_id == request.user.pk,
         # A subagent's child: the sessions above it, for the breadcrumbs.
         "lineage": [s for s in subagent_lineage(session) if access.can_see(request.user, s)],
+        "observed": selectors.session_is_observed(session),
     }
 
 
@@ -583,6 +584,9 @@ def session_send(request: HttpRequest, session_id: Any) -> HttpResponse:
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request)
+    if selectors.session_is_observed(session):
+        messages.error(request, "This session is observed: nothing runs in it.")
+        return _after_write(request, session, query)
     form = MessageForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
@@ -603,6 +607,9 @@ def session_resend(request: HttpRequest, session_id: Any) -> HttpResponse:
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request).view_only()
+    if selectors.session_is_observed(session):
+        messages.error(request, "This session is observed: nothing runs in it.")
+        return _after_write(request, session, query)
     form = ResendForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
@@ -629,6 +636,9 @@ def session_retry(request: HttpRequest, session_id: Any) -> HttpResponse:
 
     session = _session_or_404(request, session_id, write=True)
     query = _return_query(request)
+    if selectors.session_is_observed(session):
+        messages.error(request, "This session is observed: nothing runs in it.")
+        return _after_write(request, session, query)
     entry_id = str(request.POST.get("entry_id") or "") or None
     if entry_id is not None and len(entry_id) > ENTRY_KEY_MAX:
         messages.error(request, "That is not an entry of this session.")
