@@ -58,6 +58,10 @@ EXCEPTIONS: dict[str, str] = {
         "crash recovery when a process starts (and `manage.py recover` with no session) "
         "finds the sessions whose latest turn is still open: once per start, across sessions"
     ),
+    "sessions_app.selectors.runtime.sessions_with_open_jobs": (
+        "crash recovery's other half: the sessions with a background job started and not "
+        "ended, to record the jobs of a dead process as lost; once per start, across sessions"
+    ),
 }
 
 
