@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 # Tests decide when recovery runs; servers they start in-process or as children must not
 # close turns behind their back.
@@ -32,6 +33,14 @@ def carol(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(
         username="carol", password="carol-pass-1234", is_staff=True
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashing() -> Iterator[None]:
+    # Users are made in nearly every test: Django's full hashing would be a large part of
+    # the run (tests/hashers.py says why the servers that tests start still check them).
+    with override_settings(PASSWORD_HASHERS=["tests.hashers.QuickPBKDF2PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(autouse=True)
