@@ -11,6 +11,8 @@ from django.test import override_settings
 # Tests decide when recovery runs; servers they start in-process or as children must not
 # close turns behind their back.
 os.environ.setdefault("STRAND_RECOVER_AT_START", "0")
+# Servers started as children hash and check passwords as the tests do (tests/hashers.py).
+os.environ.setdefault("STRAND_PASSWORD_HASHERS", "tests.hashers.QuickPBKDF2PasswordHasher")
 
 
 # The personas, defined here once for every test: Alice owns the sessions under test, Bob
@@ -38,8 +40,8 @@ def carol(django_user_model: Any) -> Any:
 @pytest.fixture(scope="session", autouse=True)
 def _quick_password_hashing() -> Iterator[None]:
     # Users are made in nearly every test: Django's full hashing would be a large part of
-    # the run (tests/hashers.py says why the servers that tests start still check them).
-    with override_settings(PASSWORD_HASHERS=["tests.hashers.QuickPBKDF2PasswordHasher"]):
+    # the run. (Set here too: the settings may have been read before this file.)
+    with override_settings(PASSWORD_HASHERS=os.environ["STRAND_PASSWORD_HASHERS"].split(",")):
         yield
 
 
