@@ -119,7 +119,9 @@ def _start_daphne(port: int, env: dict[str, str], log: Path) -> Server:
     return Server(f"http://127.0.0.1:{port}", process, log)
 
 
-def _wait_ready(server: Server, timeout: float = 30.0) -> None:
+def _wait_ready(server: Server, timeout: float = 120.0) -> None:
+    # A guard against a server that never answers, not a timing: its first page (imports,
+    # templates, connections) can take half a minute while the other tests load the cores.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
