@@ -93,11 +93,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy .
 
-# The tests that need no browser run on every core (at most four workers, each with a test
-# database of its own); the browser tests after them, in one process.
-test: setup browser-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps lint typecheck
-	$(BIN)/pytest -m "not browser" -q -n auto --maxprocesses 4
-	$(BIN)/pytest -m browser -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+# Every test, and mypy, at once: much of each part is spent waiting (on servers, browsers,
+# turns), so the parts overlap rather than queue. The tests that need no browser run on
+# every core (at most four workers, each with a test database of its own); beside them the
+# browser tests in one process (Playwright's loop must not share one with the asyncio tests),
+# on test databases of their own (`test_strand_browser`); and mypy. What the browser tests
+# and mypy print is shown whole when they end; the target fails if any of the three failed.
+test: setup browser-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps lint
+	@out=$$(mktemp -d); \
+	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy . >$$out/mypy 2>&1 & mypy=$$!; \
+	$(BIN)/pytest -m browser -q >$$out/browser 2>&1 & browser=$$!; \
+	trap 'kill $$mypy $$browser 2>/dev/null' INT TERM; \
+	$(BIN)/pytest -m "not browser" -q -n auto --maxprocesses 4; rest=$$?; \
+	wait $$browser; seen=$$?; [ $$seen -eq 5 ] && seen=0; \
+	echo "--- browser tests (pytest -m browser)"; cat $$out/browser; \
+	wait $$mypy; typed=$$?; echo "--- mypy"; cat $$out/mypy; rm -rf $$out; \
+	[ $$rest -eq 0 ] && [ $$seen -eq 0 ] && [ $$typed -eq 0 ]
 
 BENCH_STAMP := $(VENV)/.strand-bench-installed
 

@@ -234,6 +234,12 @@ SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEA
 # Origins (https://strand.example.com) allowed to post forms when the proxy rewrites Host.
 CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
 
+# STRAND_PASSWORD_HASHERS: Django's PASSWORD_HASHERS as dotted paths, comma-separated, the
+# first for new passwords (e.g. Argon2 first, where argon2-cffi is installed); unset,
+# Django's own list (PBKDF2-SHA256 first).
+if _hashers := _env_list("STRAND_PASSWORD_HASHERS"):
+    PASSWORD_HASHERS = _hashers
+
 # Scripts and styles come only from Strand's own static files: no inline script, no eval,
 # no style attributes (data reaches scripts as data-* attributes). Images may be data: URIs
 # (attachments in a conversation are embedded that way). 'self' in connect-src also allows

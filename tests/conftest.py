@@ -2,14 +2,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 # Tests decide when recovery runs; servers they start in-process or as children must not
 # close turns behind their back.
 os.environ.setdefault("STRAND_RECOVER_AT_START", "0")
+# Servers started as children hash and check passwords as the tests do (tests/hashers.py).
+os.environ.setdefault("STRAND_PASSWORD_HASHERS", "tests.hashers.QuickPBKDF2PasswordHasher")
 
 
 # The personas, defined here once for every test: Alice owns the sessions under test, Bob
@@ -32,6 +35,14 @@ def carol(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(
         username="carol", password="carol-pass-1234", is_staff=True
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashing() -> Iterator[None]:
+    # Users are made in nearly every test: Django's full hashing would be a large part of
+    # the run. (Set here too: the settings may have been read before this file.)
+    with override_settings(PASSWORD_HASHERS=os.environ["STRAND_PASSWORD_HASHERS"].split(",")):
+        yield
 
 
 @pytest.fixture(autouse=True)

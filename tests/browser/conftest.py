@@ -6,6 +6,10 @@ an event loop running in the main thread, which the asyncio tests must not share
 daphne processes are started on free ports below 32768, both on the test database, so a
 test can watch one process deliver what the other committed. Every test saves a
 screenshot under test-artifacts/screenshots/.
+
+Under xdist each worker has its own test database, its own two daphnes and its own
+Chromium. The databases are named apart from those of the other tests
+(`test_strand_gw0_browser`), so both invocations can run at the same time.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from playwright.sync_api import Page, expect
@@ -45,6 +50,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 PASSWORD = "a-long-test-password-42"
+# `make test` runs these beside the other tests, on the same cores: a page may take longer
+# than Playwright's default 5 s to show what it will show. A page that never shows it still
+# fails the test.
+expect.set_options(timeout=15_000)
 OTHER_PRESET = "offline-2"  # offered beside the built-in one (replays choose it)
 
 
@@ -54,6 +63,14 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     return {**browser_type_launch_args, "executable_path": chromium, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    # A name of their own: the other tests' invocation may be using `test_strand_gw0`.
+    for db in settings.DATABASES.values():
+        test = cast(dict[str, Any], db.setdefault("TEST", {}))
+        test["NAME"] = f"{test.get('NAME') or 'test_' + str(db['NAME'])}_browser"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -102,7 +119,9 @@ def _start_daphne(port: int, env: dict[str, str], log: Path) -> Server:
     return Server(f"http://127.0.0.1:{port}", process, log)
 
 
-def _wait_ready(server: Server, timeout: float = 30.0) -> None:
+def _wait_ready(server: Server, timeout: float = 120.0) -> None:
+    # A guard against a server that never answers, not a timing: its first page (imports,
+    # templates, connections) can take half a minute while the other tests load the cores.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:

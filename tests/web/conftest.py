@@ -14,12 +14,6 @@ from sessions_app.store import NewEvent
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)> [click](javascript:alert(2))'
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    # Users are made for nearly every test here; real hashing would dominate the run time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def client_for(user: User | None) -> Client:
     client = Client()
     if user is not None:
