@@ -80,6 +80,7 @@ SESSION_ENDPOINTS = [
     Endpoint("GET", "/sessions/{sid}/views/requests/{seq}"),
     Endpoint("GET", "/sessions/{sid}/approvals"),
     Endpoint("GET", "/sessions/{sid}/export"),
+    Endpoint("GET", "/sessions/{sid}/export.otlp.json"),
     Endpoint("GET", "/sessions/{sid}/files?entry={entry}"),
     # A path the workspace does not hold: the owner and staff are told so.
     Endpoint("GET", "/sessions/{sid}/files/no/such.txt", owner=404),
