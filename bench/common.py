@@ -7,7 +7,10 @@ import platform
 import random
 import statistics
 import subprocess
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,3 +150,31 @@ def machine() -> str:
         f"{platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}){mem}; "
         f"Python {platform.python_version()}; PostgreSQL {pg}; Node {node}"
     )
+
+
+def resident() -> int:
+    """This process's resident size in bytes (Linux: the second field of statm, in pages)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@contextmanager
+def resident_rise() -> Iterator[Callable[[], int]]:
+    """Samples the resident size every 20 ms while the block runs; yields a function that
+    gives how far its peak rose above the start (read it after the block)."""
+    start = peak = resident()
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, resident())
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield lambda: max(0, peak - start)
+    finally:
+        done.set()
+        sampler.join()

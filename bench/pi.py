@@ -14,13 +14,12 @@ import json
 import random
 import statistics
 import subprocess
-import threading
 import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, Report, Row, text_payload
+from bench.common import RESULTS, ROOT, Report, Row, resident_rise, text_payload
 
 SIZES = (2_000, 100_000)
 CONTEXT_RUNS = 30
@@ -370,29 +369,12 @@ def _lines(path: Path) -> int:
 
 def _import(pi_io: Any, path: Path, owner: Any) -> tuple[Any, float, int]:
     """(session, seconds, rise of the resident size) of one import."""
-    from bench.trees import _resident
-
-    start = _resident()
-    peak = start
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _resident())
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with resident_rise() as rise:
         started = time.perf_counter()
         with path.open("rb") as source:
             session = pi_io.pi_import(source=source, owner=owner, name=path.stem).session
         took = time.perf_counter() - started
-    finally:
-        done.set()
-        sampler.join()
-    return session, took, max(0, peak - start)
+    return session, took, rise()
 
 
 def _drain(make: Any) -> tuple[float, int, float]:

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import statistics
-import threading
 import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import Report, Row
+from bench.common import Report, Row, resident_rise
 
 COMBS = (2_000, 4_000, 8_000)
 LARGE_EVENTS = 100_000
@@ -173,32 +171,11 @@ def _timed(
     return statistics.median(times), statistics.median(cpu), size, pages
 
 
-def _resident() -> int:
-    # Linux: the second field of statm is the resident size in pages.
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def _export_memory(client: Any, session: Any) -> int:
     """How far the process's resident size rose above its start while one export streamed."""
-    start = _resident()
-    peak = start
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _resident())
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with resident_rise() as rise:
         _export(client, session)
-    finally:
-        done.set()
-        sampler.join()
-    return max(0, peak - start)
+    return rise()
 
 
 def _export_allocations(client: Any, session: Any) -> int:
