@@ -12,6 +12,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F
 
+# `Session.origin` of a session that records another agent's OpenTelemetry spans.
+OBSERVED = "observed"
+
 
 class Session(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -30,7 +33,8 @@ class Session(models.Model):
     )
     fork_point = models.CharField(max_length=64, blank=True, default="")
     # "subagent" for a child session a parent's `task` call started (its parent is
-    # `parent`, and `delegation_depth` counts the parents above it); "" otherwise.
+    # `parent`, and `delegation_depth` counts the parents above it); "observed" for one that
+    # records another agent's OpenTelemetry spans (nothing runs in it); "" otherwise.
     origin = models.CharField(max_length=16, blank=True, default="")
     delegation_depth = models.PositiveSmallIntegerField(default=0)
     # Seq of the newest event, -1 when the log is empty. Its row is the append lock.

@@ -238,7 +238,10 @@ class SessionOut(Schema):
     preset: dict[str, Any] = Field(..., description="What that preset was when the session began")
     parent_id: uuid.UUID | None
     fork_point: str | None
-    origin: str = Field("", description='"subagent" for a child a `task` call started')
+    origin: str = Field(
+        "",
+        description='"subagent" for a child a `task` call started, "observed" for another agent\'s spans',
+    )
     delegation_depth: int = Field(0, description="Parents above a subagent's child (0: none)")
     last_seq: int
     leaf_entry_id: str | None

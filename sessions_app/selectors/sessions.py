@@ -12,7 +12,7 @@ from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 
 from sessions_app import access
-from sessions_app.models import ObservedConversation, Session
+from sessions_app.models import OBSERVED, Session
 from sessions_app.search import message_text_vector
 from sessions_app.selectors.turns import turn_states
 
@@ -149,4 +149,4 @@ def session_reloaded(session: Session) -> Session:
 def session_is_observed(session: Session) -> bool:
     """Whether the session records another agent's OpenTelemetry spans (`observed:otlp`):
     nothing runs in it, so it has no composer and takes no messages."""
-    return ObservedConversation.objects.filter(session_id=session.id).exists()
+    return session.origin == OBSERVED

@@ -18,7 +18,7 @@ from runtime.errors import lock_refusal
 from sessions_app import selectors, store, workspaces
 from sessions_app.access import NotAllowed
 from sessions_app.errors import DomainError
-from sessions_app.models import Session, SessionDeletion
+from sessions_app.models import OBSERVED, Session, SessionDeletion
 from sessions_app.presets import DEFAULT_PRESET as DEFAULT_PRESET  # re-exported
 from sessions_app.presets import OFFLINE, PresetNotFound, preset_name_of, preset_resolve
 from sessions_app.projectors.runner import session_forget
@@ -86,6 +86,7 @@ def session_create(
             preset=chosen,
             parent=parent,
             fork_point=fork_point or "",
+            origin=OBSERVED if source.startswith("observed:") else "",
         )
         data: dict[str, Any] = {
             "title": title,
