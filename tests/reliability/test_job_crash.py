@@ -11,7 +11,6 @@ nothing more.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -28,8 +27,7 @@ from sessions_app import agent, store
 from sessions_app.models import Session
 from sessions_app.presets import CODING_PRESET
 from sessions_app.services import tokens
-from tests.reliability.test_workspace_crash import approve
-from tests.runtime.conftest import child_database_url
+from tests.reliability.test_workspace_crash import COMMAND, approve, serve
 
 PORT = 24_000 + (os.getpid() + 500) % 1000
 
@@ -38,21 +36,9 @@ pytestmark = [
     pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cannot run here"),
 ]
 
-COMMAND = "for i in $(seq 1 3000); do echo line $i >> slow.txt; sleep 0.005; done"
-
 
 def start(roots: Path) -> subprocess.Popen[bytes]:
-    return daphne.start(
-        PORT,
-        {
-            "DATABASE_URL": child_database_url(),
-            "STRAND_WORKSPACE_ROOTS": str(roots),
-            "STRAND_OFFLINE_CHUNK_DELAY_MS": "0",
-            "STRAND_TOOL_DELAY_MS": "0",
-            "STRAND_RECOVER_AT_START": "1",
-            "STRAND_PRESETS": json.dumps({"jobs": CODING_PRESET}),
-        },
-    )
+    return serve(PORT, roots, {"jobs": CODING_PRESET})
 
 
 def wait_for(predicate: Any, timeout: float = 30) -> Any:

@@ -48,18 +48,24 @@ pytestmark = [
 COMMAND = "for i in $(seq 1 3000); do echo line $i >> slow.txt; sleep 0.005; done"
 
 
-def start(roots: Path) -> subprocess.Popen[bytes]:
+def serve(port: int, roots: Path, presets: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """daphne on the test database, its workspaces under `roots`, offering `presets`,
+    recovering at start as a real server does: the server a crash test kills."""
     return daphne.start(
-        PORT,
+        port,
         {
             "DATABASE_URL": child_database_url(),
             "STRAND_WORKSPACE_ROOTS": str(roots),
             "STRAND_OFFLINE_CHUNK_DELAY_MS": "0",
             "STRAND_TOOL_DELAY_MS": "0",
             "STRAND_RECOVER_AT_START": "1",
-            "STRAND_PRESETS": json.dumps({"slow": {**CODING_PRESET, "tool_timeout_s": 60}}),
+            "STRAND_PRESETS": json.dumps(presets),
         },
     )
+
+
+def start(roots: Path) -> subprocess.Popen[bytes]:
+    return serve(PORT, roots, {"slow": {**CODING_PRESET, "tool_timeout_s": 60}})
 
 
 def wait_for(predicate: Any, timeout: float = 30) -> Any:
