@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import IO, Any
 
+import orjson
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -130,7 +131,8 @@ def pi_import_steps(
                 preset=CODING,
             )
             writer = _EntryWriter(session, counted, in_file)
-            title = yield from _write_entries(writer, items)
+            with writer.bulk:  # batches go to Postgres while the next are read and checked
+                title = yield from _write_entries(writer, items)
             if title and title != session.title:
                 services.session_rename(session=session, title=title)
     except PiFileError as exc:
@@ -153,15 +155,24 @@ ANALYZE_AFTER = 2_000
 
 def _ids_in_file(source: IO[bytes]) -> set[str] | None:
     """Every entry id of a v2/v3 file (a first, quiet pass), to tell an entry whose parent
-    comes later from one whose parent is missing. None when the file cannot be read twice."""
+    comes later from one whose parent is missing. None when the file cannot be read twice.
+
+    Only the ids are wanted, so each line is parsed and nothing more (the second pass
+    checks it): a line that is not JSON, or that the second pass skips, adds at most an id
+    no entry is written with, and an entry waiting for it is an orphan at the end."""
     if not source.seekable():
         return None
     start = source.tell()
-    ids = {
-        entry["id"]
-        for _, entry in iter_pi_numbered(source)
-        if entry.get("type") != "session" and isinstance(entry.get("id"), str)
-    }
+    ids: set[str] = set()
+    for line in source:
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and value.get("type") != "session":
+            entry_id = value.get("id")
+            if isinstance(entry_id, str):
+                ids.add(entry_id)
     source.seek(start)
     return ids
 

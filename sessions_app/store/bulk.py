@@ -24,6 +24,13 @@ the store's invariants itself (their numbers are those of the store's list):
    bulk as soon as it is passed (`QuotaExceeded`).
 7. `finish` issues the one `pg_notify`, delivered at commit.
 
+Used as a context manager (`with BulkAppend(...) as bulk:`, inside the transaction), it
+sends each full batch by COPY on a thread of its own while the caller's thread checks and
+encodes the next one, so Postgres's work and Python's overlap; a batch's refusal (an id the
+session already holds) is raised by the `add` or `finish` that follows it. Leaving the
+block waits for the batch in flight (or cancels one not begun), so nothing is sent once the
+caller's transaction has ended. Without the block, each batch is sent where it is made.
+
 The event data must come from parsed JSON (as a Pi file's lines do): it is encoded with
 orjson, which would write a NaN as null where the JSON parser has already refused one.
 Memory: a buffer of rows (`ROWS_PER_COPY`, at most about `BYTES_PER_COPY`), and a few
@@ -35,9 +42,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import orjson
 import psycopg
@@ -71,6 +80,14 @@ _ENTRY_COPY = (
 _Facts = tuple[int, str | None, str | None, str | None]
 
 
+@dataclass(frozen=True)
+class _Batch:
+    events: bytes  # COPY text rows of sessions_app_event
+    entries: bytes  # and of sessions_app_entry
+    ids: list[str]  # the entries' ids
+    check_orphans: bool  # whether stored orphans may wait for one of these ids
+
+
 @dataclass
 class _Totals:
     events: int = 0
@@ -99,6 +116,8 @@ class BulkAppend:
         self._entries: list[bytes] = []
         self._batch_ids: list[str] = []
         self._queued = 0  # bytes of the rows queued
+        self._sender: ThreadPoolExecutor | None = None  # while used as a context manager
+        self._in_flight: Future[None] | None = None
         connection.ensure_connection()
         self._conn: psycopg.Connection[Any] = connection.connection
         with self._cursor() as cur:
@@ -138,6 +157,24 @@ class BulkAppend:
 
     def _cursor(self) -> psycopg.Cursor[Any]:
         return psycopg.Cursor(self._conn)
+
+    def __enter__(self) -> Self:
+        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strand-copy")
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        sender, self._sender = self._sender, None
+        if sender is None:
+            return
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None and not in_flight.cancel():
+            in_flight.exception()  # wait for it; its refusal, if any, no longer matters
+        sender.shutdown(wait=True)
 
     # --- one event ------------------------------------------------------------------
 
@@ -284,28 +321,54 @@ class BulkAppend:
     # --- sending ----------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Send the queued rows (two COPY statements)."""
+        """Send the queued rows (two COPY statements): on the sender's thread when there is
+        one (after the batch before has gone), else here."""
         if not self._events:
             return
-        try:
-            with connection.wrap_database_errors, self._cursor() as cur:
-                if self._had_entries:
-                    self._refuse_stored_orphan_clash(cur)
-                with cur.copy(_EVENT_COPY) as copy:
-                    copy.write(b"\n".join(self._events) + b"\n")
-                with cur.copy(_ENTRY_COPY) as copy:
-                    copy.write(b"\n".join(self._entries) + b"\n")
-        except DatabaseError as exc:
-            raise _translate(exc) from None
+        batch = _Batch(
+            events=b"\n".join(self._events) + b"\n",
+            entries=b"\n".join(self._entries) + b"\n",
+            ids=self._batch_ids,
+            check_orphans=self._had_entries,
+        )
         self._events, self._entries, self._batch_ids = [], [], []
         self._queued = 0
+        self._wait_in_flight()
+        if self._sender is None:
+            self._raising_refusals(self._send, batch)
+        else:
+            self._in_flight = self._sender.submit(self._send, batch)
 
-    def _refuse_stored_orphan_clash(self, cur: psycopg.Cursor[Any]) -> None:
+    def _wait_in_flight(self) -> None:
+        """Wait for the batch being sent, and raise its refusal."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            self._raising_refusals(in_flight.result)
+
+    @staticmethod
+    def _raising_refusals(send: Any, *args: Any) -> None:
+        # psycopg's errors as Django's, and a clash of entry ids as the store's refusal.
+        try:
+            with connection.wrap_database_errors:
+                send(*args)
+        except DatabaseError as exc:
+            raise _translate(exc) from None
+
+    def _send(self, batch: _Batch) -> None:
+        with self._cursor() as cur:
+            if batch.check_orphans:
+                self._refuse_stored_orphan_clash(cur, batch.ids)
+            with cur.copy(_EVENT_COPY) as copy:
+                copy.write(batch.events)
+            with cur.copy(_ENTRY_COPY) as copy:
+                copy.write(batch.entries)
+
+    def _refuse_stored_orphan_clash(self, cur: psycopg.Cursor[Any], ids: list[str]) -> None:
         # A stored orphan (depth 0 with a parent id) waits for an entry its parent id names.
         cur.execute(
             "SELECT parent_id FROM sessions_app_entry WHERE session_id = %s AND depth = 0 "
             "AND seq < %s AND parent_id = ANY(%s) LIMIT 1",
-            [self.session_id, self.first_seq, self._batch_ids],
+            [self.session_id, self.first_seq, ids],
         )
         row = cur.fetchone()
         if row is not None:
@@ -317,6 +380,7 @@ class BulkAppend:
     def finish(self) -> AppendResult:
         """Send what is queued and bring the session's row and counters up to date."""
         self.flush()
+        self._wait_in_flight()
         if self.totals.events:
             with self._cursor() as cur:
                 cur.execute(
@@ -355,10 +419,10 @@ def bulk_append(
     session_id: uuid.UUID | str, expected_seq: int, events: Sequence[NewEvent]
 ) -> AppendResult:
     """Append entry events by COPY in the caller's transaction (see `BulkAppend`)."""
-    bulk = BulkAppend(session_id, expected_seq)
-    for event in events:
-        bulk.add(event)
-    return bulk.finish()
+    with BulkAppend(session_id, expected_seq) as bulk:
+        for event in events:
+            bulk.add(event)
+        return bulk.finish()
 
 
 # --- encoding ------------------------------------------------------------------------

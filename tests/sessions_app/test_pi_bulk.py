@@ -193,11 +193,14 @@ def _user(entry_id: str, parent: str | None | object, **extra: Any) -> NewEvent:
 
 
 def _bulk(session: Session, *events: NewEvent) -> store.AppendResult:
-    with transaction.atomic():
-        bulk = BulkAppend(session.id, Session.objects.get(id=session.id).last_seq)
+    with transaction.atomic(), BulkAppend(session.id, _last_seq(session)) as bulk:
         for event in events:
             bulk.add(event)
         return bulk.finish()
+
+
+def _last_seq(session: Session) -> int:
+    return Session.objects.get(id=session.id).last_seq
 
 
 REFUSED: dict[str, tuple[list[NewEvent], str]] = {
@@ -248,6 +251,41 @@ def test_bulk_continues_below_stored_entries_and_the_function_after_it(alice):
     # And a bulk after it refuses it too, reading the stored orphan.
     with pytest.raises(store.InvalidEvent, match="cycle"):
         _bulk(session, _user("gone", None))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_refused_while_the_next_is_made_refuses_the_bulk(alice, monkeypatch):
+    # An id the session already holds is refused by Postgres, on the sender's thread, as
+    # the caller makes the next batch: the refusal reaches the caller, and nothing stays.
+    from sessions_app.store import bulk
+
+    monkeypatch.setattr(bulk, "ROWS_PER_COPY", 2)
+    session = services.session_create(owner=alice, title="s")
+    store.append_events(session.id, session.last_seq, [_user("a", None)])
+    events = [_user("b", "a"), _user("a", "b"), _user("c", "b"), _user("d", "c"), _user("e", "d")]
+    with pytest.raises(store.InvalidEvent, match="already exists in the session"):
+        _bulk(session, *events)
+    assert list(Entry.objects.filter(session=session).values_list("entry_id", flat=True)) == ["a"]
+    assert Session.objects.get(id=session.id).leaf_entry_id == "a"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_abandoned_mid_copy_leaves_nothing(alice, tmp_path, monkeypatch):
+    # The reader stops (as a browser that goes away stops a streamed import) while a batch
+    # is being sent: leaving waits for it, and the transaction then takes it back whole.
+    from sessions_app.store import bulk
+
+    monkeypatch.setattr(bulk, "ROWS_PER_COPY", 50)
+    path = tmp_path / "abandoned.jsonl"
+    generate(path, 3000, side_every=40)
+    before = Session.objects.count()
+    with path.open("rb") as source:
+        steps = pi_io.pi_import_steps(source=source, owner=alice, name="abandoned")
+        assert next(steps)[1] >= pi_io.PROGRESS_EVERY
+        steps.close()
+    assert Session.objects.count() == before
+    assert not Entry.objects.filter(session__title="abandoned").exists()
+    assert not Event.objects.filter(session__title="abandoned").exists()
 
 
 @pytest.mark.django_db(transaction=True)
