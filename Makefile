@@ -13,7 +13,7 @@ PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 
-.PHONY: run test setup migrate demo lint typecheck pytest browser-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps bench cluster clean
+.PHONY: run test test-deps setup migrate demo lint typecheck pytest browser-deps pi-deps system-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps bench cluster clean
 
 setup: $(STAMP) migrate
 
@@ -50,12 +50,25 @@ haproxy-deps:
 
 # Debian's chromium for the browser tests, installed when it is missing; and Pi's own code
 # (npm) for the tests that have Pi read what Strand exports.
-browser-deps:
+browser-deps: pi-deps
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "Installing Debian's chromium for the browser tests..."; \
 		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+pi-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/fixtures/pi/node_modules ]; then \
 		npm ci --prefix tests/fixtures/pi --no-audit --no-fund --silent; fi
+
+# The Debian packages the tests need (chromium, haproxy, bubblewrap), those missing
+# installed in one apt-get: apt takes one lock, so they cannot go in parallel.
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$$missing haproxy"; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+		echo "Installing Debian's$$missing for the tests..."; \
+		apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
 
 # Debian's bubblewrap, installed when it is missing: the sandbox the agent's `bash` runs in
 # (runtime/sandbox.py). Without it the server does not offer `bash` at all.
@@ -99,7 +112,7 @@ typecheck: $(STAMP)
 # browser tests in one process (Playwright's loop must not share one with the asyncio tests),
 # on test databases of their own (`test_strand_browser`); and mypy. What the browser tests
 # and mypy print is shown whole when they end; the target fails if any of the three failed.
-test: setup browser-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps lint
+test: test-deps lint
 	@out=$$(mktemp -d); \
 	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy . >$$out/mypy 2>&1 & mypy=$$!; \
 	$(BIN)/pytest -m browser -q >$$out/browser 2>&1 & browser=$$!; \
@@ -109,6 +122,12 @@ test: setup browser-deps pi16-deps haproxy-deps sandbox-deps phoenix-deps lint
 	echo "--- browser tests (pytest -m browser)"; cat $$out/browser; \
 	wait $$mypy; typed=$$?; echo "--- mypy"; cat $$out/mypy; rm -rf $$out; \
 	[ $$rest -eq 0 ] && [ $$seen -eq 0 ] && [ $$typed -eq 0 ]
+
+# What the tests need, made side by side: the environment and the database, the Debian
+# packages, Pi (two versions, npm) and Phoenix (its own environment). Each is mostly
+# waiting on downloads, unpacking and compiling, and none needs another.
+test-deps:
+	@$(MAKE) --no-print-directory -j 5 setup system-deps pi-deps pi16-deps phoenix-deps
 
 BENCH_STAMP := $(VENV)/.strand-bench-installed
 
