@@ -39,7 +39,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from projections.otel_genai import SCHEMA_URL, SCOPE_NAME, Span, resource_attributes
 from projections.records import EventRecord
-from sessions_app.projectors.otel_spans import agent_name, session_turn_spans
+from sessions_app.projectors.otel_spans import agent_name, turns_spans
 from sessions_app.projectors.pending import Deferred, PendingSession
 
 NAME = "otlp"
@@ -96,14 +96,11 @@ class OtlpProjector:
         ended = {sid: turns for sid, turns in ended.items() if turns}
         if not ended:
             return
-        agents = _agents(list(ended))
         spans = [
             span
-            for sid, turns in ended.items()
-            for turn_spans in session_turn_spans(
-                sid,
-                turns,
-                agent=agents.get(sid, "strand"),
+            for turn_spans in turns_spans(
+                ended,
+                agents=_agents(list(ended)),
                 capture_content=settings.STRAND_OTLP_CAPTURE_CONTENT,
                 max_chars=settings.STRAND_OTLP_ATTRIBUTE_CHARS,
             )
@@ -115,13 +112,14 @@ class OtlpProjector:
         """Nothing is kept here: what was sent stays with the collector."""
 
 
-def _agents(session_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+def _agents(session_ids: list[uuid.UUID]) -> dict[str, str]:
+    """Each session's agent name, by its id as text."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT id, preset ->> 'name' FROM sessions_app_session WHERE id = ANY(%s)",
             [[str(sid) for sid in session_ids]],
         )
-        return {sid: agent_name({"name": name}) for sid, name in cur.fetchall()}
+        return {str(sid): agent_name({"name": name}) for sid, name in cur.fetchall()}
 
 
 # --- the push ------------------------------------------------------------------------------
