@@ -15,6 +15,7 @@ the deepest of them, and each message of it is converted to the conventions' for
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,58 @@ from sessions_app.store.windows import StoredEntries, entry_facts
 # The file export reads a session's turns this many at a time: its memory is that of these
 # turns and of the path their requests share.
 TURNS_PER_READ = 20
+
+
+class KeptPaths:
+    """The path each session's requests were last read along, kept from one projector batch
+    to the next (entries are never changed, so a kept one stays true): a session's next
+    requests have their leaves below the last one, so only the entries added since are
+    read, not the whole path again. At most `max_entries` entries are kept, those of the
+    sessions read most recently; a path longer than that is not kept at all."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        # (session, the compaction its window starts from) → (the window's top, the path)
+        self._paths: OrderedDict[tuple[str, str | None], tuple[int, list[EntryRecord]]] = (
+            OrderedDict()
+        )
+        self._size = 0
+
+    def path(
+        self, reader: StoredEntries, compaction: str | None, leaf_id: str, top: int
+    ) -> list[EntryRecord]:
+        """The path from depth `top` down to `leaf_id` (as `reader.path` reads it), read
+        from the kept path's last entry down when the leaf is below it."""
+        key = (str(reader.session_id), compaction)
+        kept = self._paths.get(key)
+        path: list[EntryRecord] | None = None
+        if kept is not None and kept[0] == top and kept[1]:
+            last = kept[1][-1]
+            depth = reader.depth(last.id)
+            tail = reader.path(leaf_id, depth + 1) if depth is not None else []
+            if tail and tail[0].parent_id == last.id:
+                path = kept[1] + tail
+            elif leaf_id == last.id:
+                path = kept[1]
+        if path is None:
+            path = reader.path(leaf_id, top)
+        self._keep(key, top, path)
+        return path
+
+    def forget(self, session_id: uuid.UUID | str) -> None:
+        for key in [k for k in self._paths if k[0] == str(session_id)]:
+            self._size -= len(self._paths.pop(key)[1])
+
+    def _keep(self, key: tuple[str, str | None], top: int, path: list[EntryRecord]) -> None:
+        if key in self._paths:
+            self._size -= len(self._paths.pop(key)[1])
+        if len(path) > self.max_entries:
+            return
+        self._paths[key] = (top, path)
+        self._size += len(path)
+        while self._size > self.max_entries:
+            _, (_, dropped) = self._paths.popitem(last=False)
+            self._size -= len(dropped)
 
 
 def agent_name(preset: Any) -> str:
@@ -91,10 +144,12 @@ def turns_spans(
     agents: Mapping[str, str],
     capture_content: bool,
     max_chars: int,
+    kept: KeptPaths | None = None,
 ) -> Iterator[list[Span]]:
     """The spans of each finished turn of `turns` (turns by session; a running one is left
     out), session by session, turn by turn in the order given. `agents`: each session's
-    agent name, by session id as text ("strand" when missing)."""
+    agent name, by session id as text ("strand" when missing); `kept`: the paths read
+    before, to read only what they lack."""
     keys = [(str(sid), turn) for sid, session_turns in turns.items() for turn in session_turns]
     read = _finished_turns(keys)
     _add_headers(read)
@@ -110,6 +165,7 @@ def turns_spans(
             [request for turn, _ in finished for request in requests[(session_id, turn)]],
             found.get(session_id, {}),
             with_messages=capture_content,
+            kept=kept,
         )
         agent = agents.get(session_id, "strand")
         messages = InputMessages()  # the session's converted messages, shared by its turns
@@ -209,6 +265,7 @@ def request_inputs(
     found: Mapping[str, EntryRecord],
     *,
     with_messages: bool = True,
+    kept: KeptPaths | None = None,
 ) -> dict[int, RequestInput]:
     """The input of each request of one session (in seq order): its header and its leaf's
     context, with `found` the entries its leaf's facts name. The requests have their leaves
@@ -231,7 +288,10 @@ def request_inputs(
         compaction = found.get(facts.compaction) if facts.compaction else None
         if facts.compaction not in paths:
             top = window_top(reader, compaction)
-            path = reader.path(facts.id, top)
+            if kept is not None:
+                path = kept.path(reader, facts.compaction, facts.id, top)
+            else:
+                path = reader.path(facts.id, top)
             paths[facts.compaction] = (top, path, {e.id: i for i, e in enumerate(path)})
         top, path, index = paths[facts.compaction]
         at = index.get(facts.id)
