@@ -139,7 +139,7 @@ class _Turn:
 
 
 def turns_spans(
-    turns: Mapping[uuid.UUID | str, Sequence[int]],
+    turns: Mapping[str, Sequence[int]],
     *,
     agents: Mapping[str, str],
     capture_content: bool,
@@ -147,10 +147,11 @@ def turns_spans(
     kept: KeptPaths | None = None,
 ) -> Iterator[list[Span]]:
     """The spans of each finished turn of `turns` (turns by session; a running one is left
-    out), session by session, turn by turn in the order given. `agents`: each session's
+    out; sessions by their id as text), session by session, turn by turn in the order
+    given. `agents`: each session's
     agent name, by session id as text ("strand" when missing); `kept`: the paths read
     before, to read only what they lack."""
-    keys = [(str(sid), turn) for sid, session_turns in turns.items() for turn in session_turns]
+    keys = [(sid, turn) for sid, session_turns in turns.items() for turn in session_turns]
     read = _finished_turns(keys)
     _add_headers(read)
     requests = _requests(read)

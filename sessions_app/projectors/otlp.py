@@ -94,7 +94,7 @@ class OtlpProjector:
 
     def apply(self, batch: Sequence[tuple[PendingSession, Sequence[EventRecord]]]) -> None:
         ended = {
-            session.id: [e.turn for e in events if e.type == "turn/end" and e.turn is not None]
+            str(session.id): [e.turn for e in events if e.type == "turn/end" and e.turn is not None]
             for session, events in batch
         }
         ended = {sid: turns for sid, turns in ended.items() if turns}
@@ -118,12 +118,12 @@ class OtlpProjector:
         kept_paths.forget(session_id)
 
 
-def _agents(session_ids: list[uuid.UUID]) -> dict[str, str]:
+def _agents(session_ids: list[str]) -> dict[str, str]:
     """Each session's agent name, by its id as text."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT id, preset ->> 'name' FROM sessions_app_session WHERE id = ANY(%s)",
-            [[str(sid) for sid in session_ids]],
+            [session_ids],
         )
         return {str(sid): agent_name({"name": name}) for sid, name in cur.fetchall()}
 
