@@ -242,22 +242,68 @@ def _digest(text: str, size: int) -> str:
 
 
 def turn_spans(
-    facts: TurnFacts, *, capture_content: bool = True, max_chars: int = DEFAULT_MAX_CHARS
+    facts: TurnFacts,
+    *,
+    capture_content: bool = True,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    messages: InputMessages | None = None,
 ) -> list[Span]:
     """The spans of one finished turn, root first: `invoke_agent`, then its `chat` and
-    `execute_tool` spans in the order they started."""
+    `execute_tool` spans in the order they started. `messages`: the input messages already
+    converted for earlier turns of the session, to convert each only once."""
     turn = facts.span
     if not is_finished(turn):
         return []
-    build = _Builder(facts, capture_content, max_chars)
+    build = _Builder(facts, capture_content, max_chars, messages or InputMessages())
     return build.turn()
 
 
+class InputMessages:
+    """Provider messages in the conventions' form, each converted once: the requests of a
+    session's turns share most of their contexts' messages (the same objects, when their
+    contexts are built from one read of the path), so each message is converted, counted
+    and written as JSON text the first time it is seen, and taken from here after. The
+    messages are kept with their form, so an identity is never taken by another object
+    while this lives; one lives for the turns read together."""
+
+    def __init__(self) -> None:
+        # id(message) → (the message, its form or None, its text's length, its JSON text)
+        self._seen: dict[int, tuple[Mapping[str, Any], dict[str, Any] | None, int, list[str]]] = {}
+
+    def json(self, messages: Sequence[Mapping[str, Any]], max_chars: int) -> str | None:
+        """The messages as the JSON text of their `{role, parts[]}` list (what `_json` makes
+        of that list), or None as soon as their text alone is longer than `max_chars` (the
+        work stops there, whatever the context's length)."""
+        texts: list[str] = []
+        size = 0
+        for message in messages:
+            seen = self._seen.get(id(message))
+            if seen is None or seen[0] is not message:
+                converted = input_message(message)
+                chars = sum(_part_chars(p) for p in converted["parts"]) if converted else 0
+                seen = (message, converted, chars, [])
+                self._seen[id(message)] = seen
+            _, converted, chars, text = seen
+            if converted is None:
+                continue
+            size += chars
+            if size > max_chars:
+                return None
+            if not text:  # written out only once it is known to be within the bound
+                text.append(_json(converted))
+            texts.append(text[0])
+        # json.dumps of the list: its items' texts between brackets, ", " apart.
+        return "[" + ", ".join(texts) + "]"
+
+
 class _Builder:
-    def __init__(self, facts: TurnFacts, capture: bool, max_chars: int) -> None:
+    def __init__(
+        self, facts: TurnFacts, capture: bool, max_chars: int, messages: InputMessages
+    ) -> None:
         self.facts = facts
         self.capture = capture
         self.max_chars = max_chars
+        self.messages = messages
         self.sid = facts.session_id
         self.trace = trace_id(self.sid, facts.span.start_seq)
         self.root = span_id(self.sid, "turn", facts.span.start_seq)
@@ -348,7 +394,7 @@ class _Builder:
             attrs.update(_usage_attributes(span.usage, message.get("usage")))
         if span.ttft_ms is not None:
             attrs[GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = span.ttft_ms / 1000
-        content: dict[str, Any] = {}
+        content: dict[str, str | None] = {}  # JSON text, None for one over the bound
         if view is not None:
             header = view.header
             attrs.update(_request_parameters(header.get("params")))
@@ -361,26 +407,27 @@ class _Builder:
                 attrs[STRAND_CONTEXT_COMPACTION] = view.compaction_entry_id
             system_prompt = str(header.get("system_prompt") or "")
             if system_prompt:
-                content[GEN_AI_SYSTEM_INSTRUCTIONS] = [
-                    {"type": PART_TEXT, "content": system_prompt}
-                ]
+                content[GEN_AI_SYSTEM_INSTRUCTIONS] = _json(
+                    [{"type": PART_TEXT, "content": system_prompt}]
+                )
             if self.capture:
-                messages = _within(view.messages, self.max_chars)
                 # Past the bound the messages are not even converted: left out, and named.
-                content[GEN_AI_INPUT_MESSAGES] = messages if messages is not None else _OVER
+                content[GEN_AI_INPUT_MESSAGES] = self.messages.json(view.messages, self.max_chars)
             tools = [t for t in header.get("tools") or () if isinstance(t, Mapping)]
             if tools:
-                content[GEN_AI_TOOL_DEFINITIONS] = [
-                    {
-                        "type": "function",
-                        "name": str(tool.get("name") or ""),
-                        "description": str(tool.get("description") or ""),
-                        "parameters": tool.get("parameters") or {},
-                    }
-                    for tool in tools
-                ]
+                content[GEN_AI_TOOL_DEFINITIONS] = _json(
+                    [
+                        {
+                            "type": "function",
+                            "name": str(tool.get("name") or ""),
+                            "description": str(tool.get("description") or ""),
+                            "parameters": tool.get("parameters") or {},
+                        }
+                        for tool in tools
+                    ]
+                )
         if response is not None:
-            content[GEN_AI_OUTPUT_MESSAGES] = [output_message(message)]
+            content[GEN_AI_OUTPUT_MESSAGES] = _json([output_message(message)])
         error_type = None
         if span.status in _ERROR_STATUSES:
             error_type = self._fault_kind(span, response) or span.status
@@ -391,7 +438,7 @@ class _Builder:
             kind=SPAN_KIND_CLIENT,
             span=span,
             attrs=attrs,
-            content={k: _json(v) for k, v in content.items()} if self.capture else None,
+            content=content if self.capture else None,
             error_type=error_type,
         )
 
@@ -490,29 +537,9 @@ class _Builder:
         return out
 
 
-# Stands for a content value known to be over the bound before it is written out.
-_OVER: Final = object()
-
-
-def _json(value: Any) -> str | None:
-    """A content value as JSON text; None for one known to be over the bound."""
-    return None if value is _OVER else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _within(messages: Sequence[Mapping[str, Any]], max_chars: int) -> list[dict[str, Any]] | None:
-    """The messages as `{role, parts[]}`, or None as soon as their text alone is longer
-    than `max_chars` (the work stops there, whatever the context's length)."""
-    out: list[dict[str, Any]] = []
-    size = 0
-    for message in messages:
-        converted = input_message(message)
-        if converted is None:
-            continue
-        size += sum(_part_chars(part) for part in converted["parts"])
-        if size > max_chars:
-            return None
-        out.append(converted)
-    return out
+def _json(value: Any) -> str:
+    """A content value as JSON text."""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _part_chars(part: Mapping[str, Any]) -> int:

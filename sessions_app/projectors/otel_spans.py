@@ -1,26 +1,95 @@
-"""The OpenTelemetry GenAI spans of a session's finished turns, read through the store
+"""The OpenTelemetry GenAI spans of finished turns, read through the store
 (`projections.otel_genai` maps them): what the OTLP projector pushes and the file export
 streams.
 
-A turn is read whole (its events by the (session, turn) key), then the input of each of
-its model requests is built again from its `request/header` and the kept window of its leaf
-(`projections.kept_window`), as the context view builds it: the memory of one turn at a
-time.
+The turns are read together, whether they are a projector batch's turns of many sessions or
+a run of one session's turns for the file: their events by the (session, turn) key, the
+headers their requests name, their requests' leaves and the settings entries those leaves
+name, each in one query for all the turns. Then the input of each model request is built
+again from its `request/header` and the kept window of its leaf
+(`projections.kept_window`), as the context view builds it, a session at a time: the
+requests of a session's turns have their leaves on one path, so that path is read once for
+the deepest of them, and each message of it is converted to the conventions' form once.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from projections.context import EMPTY_CONTEXT, PathSettings, build_context_from_window
 from projections.kept_window import LeafFacts, window_top
-from projections.otel_genai import RequestInput, Span, TurnFacts, is_finished, turn_spans
+from projections.otel_genai import (
+    InputMessages,
+    RequestInput,
+    Span,
+    TurnFacts,
+    is_finished,
+    turn_spans,
+)
 from projections.records import EntryRecord, EventRecord
-from projections.trace import project_trace
+from projections.trace import TraceSpan, project_trace
 from sessions_app import store
-from sessions_app.store.windows import StoredEntries
+from sessions_app.store.windows import StoredEntries, entry_facts
+
+# The file export reads a session's turns this many at a time: its memory is that of these
+# turns and of the path their requests share.
+TURNS_PER_READ = 20
+
+
+class KeptPaths:
+    """The path each session's requests were last read along, kept from one projector batch
+    to the next (entries are never changed, so a kept one stays true): a session's next
+    requests have their leaves below the last one, so only the entries added since are
+    read, not the whole path again. At most `max_entries` entries are kept, those of the
+    sessions read most recently; a path longer than that is not kept at all."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        # (session, the compaction its window starts from) → (the window's top, the path)
+        self._paths: OrderedDict[tuple[str, str | None], tuple[int, list[EntryRecord]]] = (
+            OrderedDict()
+        )
+        self._size = 0
+
+    def path(
+        self, reader: StoredEntries, compaction: str | None, leaf_id: str, top: int
+    ) -> list[EntryRecord]:
+        """The path from depth `top` down to `leaf_id` (as `reader.path` reads it), read
+        from the kept path's last entry down when the leaf is below it."""
+        key = (str(reader.session_id), compaction)
+        kept = self._paths.get(key)
+        path: list[EntryRecord] | None = None
+        if kept is not None and kept[0] == top and kept[1]:
+            last = kept[1][-1]
+            depth = reader.depth(last.id)
+            tail = reader.path(leaf_id, depth + 1) if depth is not None else []
+            if tail and tail[0].parent_id == last.id:
+                path = kept[1] + tail
+            elif leaf_id == last.id:
+                path = kept[1]
+        if path is None:
+            path = reader.path(leaf_id, top)
+        self._keep(key, top, path)
+        return path
+
+    def forget(self, session_id: uuid.UUID | str) -> None:
+        for key in [k for k in self._paths if k[0] == str(session_id)]:
+            self._size -= len(self._paths.pop(key)[1])
+
+    def _keep(self, key: tuple[str, str | None], top: int, path: list[EntryRecord]) -> None:
+        if key in self._paths:
+            self._size -= len(self._paths.pop(key)[1])
+        if len(path) > self.max_entries:
+            return
+        self._paths[key] = (top, path)
+        self._size += len(path)
+        while self._size > self.max_entries:
+            _, (_, dropped) = self._paths.popitem(last=False)
+            self._size -= len(dropped)
 
 
 def agent_name(preset: Any) -> str:
@@ -38,68 +107,180 @@ def session_turn_spans(
     max_chars: int,
 ) -> Iterator[list[Span]]:
     """The spans of each finished turn of `turns`, a turn at a time (a running one is left
-    out: its spans go when it has ended)."""
+    out: its spans go when it has ended), read `TURNS_PER_READ` turns at a time."""
+    chunk: list[int] = []
     for turn in turns:
-        facts = turn_facts(session_id, turn, agent=agent, with_messages=capture_content)
-        if facts is not None:
-            yield turn_spans(facts, capture_content=capture_content, max_chars=max_chars)
+        chunk.append(turn)
+        if len(chunk) == TURNS_PER_READ:
+            yield from turns_spans(
+                {str(session_id): chunk},
+                agents={str(session_id): agent},
+                capture_content=capture_content,
+                max_chars=max_chars,
+            )
+            chunk = []
+    if chunk:
+        yield from turns_spans(
+            {str(session_id): chunk},
+            agents={str(session_id): agent},
+            capture_content=capture_content,
+            max_chars=max_chars,
+        )
 
 
-def turn_facts(
-    session_id: uuid.UUID | str, turn: int, *, agent: str, with_messages: bool = True
-) -> TurnFacts | None:
-    """The facts of a finished turn (None for a running one); without messages, the
-    requests' contexts are not read (their input is only what their header says)."""
-    events = store.events_of_turns(session_id, [turn])
-    spans = [s for s in project_trace(events).spans if s.kind == "turn"]
-    if not spans or not is_finished(spans[0]):
-        return None
-    by_seq = {e.seq: e for e in events}
-    sents = [e for e in events if e.type == "request/sent"]
-    _add_headers(session_id, sents, by_seq)
-    inputs = request_inputs(StoredEntries(session_id), sents, by_seq, with_messages=with_messages)
-    return TurnFacts(str(session_id), agent, spans[0], by_seq, inputs)
+@dataclass
+class _Turn:
+    """A finished turn as read: its trace span, its events by seq (with the headers its
+    requests name) and its `request/sent` events."""
+
+    turn: TraceSpan
+    events: dict[int, EventRecord]
+    sents: list[EventRecord]
 
 
-def _add_headers(
-    session_id: uuid.UUID | str, sents: list[EventRecord], by_seq: dict[int, EventRecord]
-) -> None:
-    """The headers the requests name that were written before the turn (a header is written
-    only when it changes)."""
-    for sent in sents:
-        seq = sent.data.get("header_seq")
-        if isinstance(seq, int) and seq not in by_seq:
-            for event in store.events_after(session_id, seq - 1, 1):
-                by_seq[event.seq] = event
+def turns_spans(
+    turns: Mapping[str, Sequence[int]],
+    *,
+    agents: Mapping[str, str],
+    capture_content: bool,
+    max_chars: int,
+    kept: KeptPaths | None = None,
+) -> Iterator[list[Span]]:
+    """The spans of each finished turn of `turns` (turns by session; a running one is left
+    out; sessions by their id as text), session by session, turn by turn in the order
+    given. `agents`: each session's
+    agent name, by session id as text ("strand" when missing); `kept`: the paths read
+    before, to read only what they lack."""
+    keys = [(sid, turn) for sid, session_turns in turns.items() for turn in session_turns]
+    read = _finished_turns(keys)
+    _add_headers(read)
+    requests = _requests(read)
+    found = _settings_entries(requests) if capture_content else {}
+    by_session: dict[str, list[tuple[int, _Turn]]] = {}
+    for sid, turn in keys:
+        if (sid, turn) in read:
+            by_session.setdefault(sid, []).append((turn, read[(sid, turn)]))
+    for session_id, finished in by_session.items():
+        inputs = request_inputs(
+            StoredEntries(session_id),
+            [request for turn, _ in finished for request in requests[(session_id, turn)]],
+            found.get(session_id, {}),
+            with_messages=capture_content,
+            kept=kept,
+        )
+        agent = agents.get(session_id, "strand")
+        messages = InputMessages()  # the session's converted messages, shared by its turns
+        for _, read_turn in finished:
+            facts = TurnFacts(session_id, agent, read_turn.turn, read_turn.events, inputs)
+            yield turn_spans(
+                facts, capture_content=capture_content, max_chars=max_chars, messages=messages
+            )
+
+
+# A model request as its input is built: its `request/sent`, its header's data, and the
+# path facts of its leaf (None when the leaf names no entry, or an unknown one).
+Request = tuple[EventRecord, Mapping[str, Any], LeafFacts | None]
+
+
+def _finished_turns(keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], _Turn]:
+    """The finished turns of `keys` (session id as text, turn), read in one query."""
+    events = store.events_of_session_turns(keys)
+    read: dict[tuple[str, int], _Turn] = {}
+    for key in keys:
+        turn_events = events.get(key, [])
+        spans = [s for s in project_trace(turn_events).spans if s.kind == "turn"]
+        if not spans or not is_finished(spans[0]):
+            continue
+        sents = [e for e in turn_events if e.type == "request/sent"]
+        read[key] = _Turn(spans[0], {e.seq: e for e in turn_events}, sents)
+    return read
+
+
+def _add_headers(read: Mapping[tuple[str, int], _Turn]) -> None:
+    """The headers the turns' requests name that were written before their turn (a header
+    is written only when it changes), read in one query and added to their turn's events."""
+    wanted: dict[tuple[str, int], list[_Turn]] = {}
+    for (sid, _), turn in read.items():
+        for sent in turn.sents:
+            seq = sent.data.get("header_seq")
+            if isinstance(seq, int) and seq not in turn.events:
+                wanted.setdefault((sid, seq), []).append(turn)
+    if not wanted:
+        return
+    for key, event in store.events_at(wanted).items():
+        for turn in wanted[key]:
+            turn.events[event.seq] = event
+
+
+def _requests(read: Mapping[tuple[str, int], _Turn]) -> dict[tuple[str, int], list[Request]]:
+    """Each turn's requests that have their header (a request without one goes without its
+    input), with their leaves' facts read in one query for all the turns."""
+    headed: dict[tuple[str, int], list[tuple[EventRecord, Mapping[str, Any]]]] = {}
+    leaves: set[tuple[str, str]] = set()
+    for (sid, number), turn in read.items():
+        found = headed.setdefault((sid, number), [])
+        for sent in turn.sents:
+            header = turn.events.get(sent.data.get("header_seq"))  # type: ignore[arg-type]
+            if header is None or header.type != "request/header":
+                continue
+            found.append((sent, header.data))
+            leaf = sent.data.get("leaf_entry_id")
+            if isinstance(leaf, str):
+                leaves.add((sid, leaf))
+    facts = entry_facts(sorted(leaves)) if leaves else {}
+    out: dict[tuple[str, int], list[Request]] = {}
+    for (sid, number), pairs in headed.items():
+        out[(sid, number)] = [
+            (sent, header, _leaf_facts(facts, sid, sent.data.get("leaf_entry_id")))
+            for sent, header in pairs
+        ]
+    return out
+
+
+def _leaf_facts(
+    facts: Mapping[tuple[str, str], LeafFacts], session_id: str, leaf: Any
+) -> LeafFacts | None:
+    return facts.get((session_id, leaf)) if isinstance(leaf, str) else None
+
+
+def _settings_entries(
+    requests: Mapping[tuple[str, int], list[Request]],
+) -> dict[str, dict[str, EntryRecord]]:
+    """The entries the requests' leaves name (the latest compaction, the entries that set
+    the thinking level and the model), by session and entry id, read in one query."""
+    wanted: set[tuple[str, str]] = set()
+    for (sid, _), turn_requests in requests.items():
+        for _, _, facts in turn_requests:
+            if facts is None:
+                continue
+            wanted.update((sid, i) for i in (facts.compaction, facts.thinking, facts.model) if i)
+    found: dict[str, dict[str, EntryRecord]] = {}
+    for (sid, entry_id), entry in (store.entries_by_keys(sorted(wanted)) if wanted else {}).items():
+        found.setdefault(sid, {})[entry_id] = entry
+    return found
 
 
 def request_inputs(
     reader: StoredEntries,
-    sents: list[EventRecord],
-    by_seq: Mapping[int, EventRecord],
+    requests: Sequence[Request],
+    found: Mapping[str, EntryRecord],
     *,
     with_messages: bool = True,
+    kept: KeptPaths | None = None,
 ) -> dict[int, RequestInput]:
-    """The input of each request: its header and its leaf's context. The requests of a turn
-    have their leaves on one path, so the kept window is read once for the deepest of those
-    that share a compaction, and each context is built from the part of it above its leaf."""
-    leaves: list[tuple[EventRecord, Mapping[str, Any], LeafFacts | None]] = []
-    for sent in sents:
-        header = by_seq.get(sent.data.get("header_seq"))  # type: ignore[arg-type]
-        if header is None or header.type != "request/header":
-            continue  # no header: the span goes without its input
-        leaf = sent.data.get("leaf_entry_id")
-        leaves.append((sent, header.data, reader.facts(leaf) if isinstance(leaf, str) else None))
+    """The input of each request of one session (in seq order): its header and its leaf's
+    context, with `found` the entries its leaf's facts name. The requests have their leaves
+    on one path (unless the session branched between them), so the kept window is read
+    once for the deepest of those that share a compaction, and each context is built from
+    the part of it above its leaf; a leaf not on that path has its own read."""
     if not with_messages:
         return {
             sent.seq: RequestInput(header, (), facts.compaction if facts else None)
-            for sent, header, facts in leaves
+            for sent, header, facts in requests
         }
-    wanted = {i for _, _, f in leaves if f for i in (f.compaction, f.thinking, f.model) if i}
-    found = {e.id: e for e in reader.entries(sorted(wanted))} if wanted else {}
     paths: dict[str | None, tuple[int, list[EntryRecord], dict[str, int]]] = {}
     inputs: dict[int, RequestInput] = {}
-    for sent, header, facts in reversed(leaves):  # the deepest leaf of each window first
+    for sent, header, facts in reversed(requests):  # the deepest leaf of each window first
         if facts is None:
             # A leaf that names no entry (Pi's fallback, the last entry before the request,
             # is not read whole here): the input holds no messages.
@@ -108,7 +289,10 @@ def request_inputs(
         compaction = found.get(facts.compaction) if facts.compaction else None
         if facts.compaction not in paths:
             top = window_top(reader, compaction)
-            path = reader.path(facts.id, top)
+            if kept is not None:
+                path = kept.path(reader, facts.compaction, facts.id, top)
+            else:
+                path = reader.path(facts.id, top)
             paths[facts.compaction] = (top, path, {e.id: i for i, e in enumerate(path)})
         top, path, index = paths[facts.compaction]
         at = index.get(facts.id)

@@ -39,13 +39,15 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from projections.otel_genai import SCHEMA_URL, SCOPE_NAME, Span, resource_attributes
 from projections.records import EventRecord
-from sessions_app.projectors.otel_spans import agent_name, session_turn_spans
+from sessions_app.projectors.otel_spans import KeptPaths, agent_name, turns_spans
 from sessions_app.projectors.pending import Deferred, PendingSession
 
 NAME = "otlp"
 SCOPE_VERSION = "1"
 # One push carries at most this many bytes of spans (a batch may need several).
 PUSH_BYTES = 4 * 1024 * 1024
+# The entries of the sessions' paths kept between batches (`otel_spans.KeptPaths`).
+KEPT_ENTRIES = 50_000
 # Statuses that say the body itself is wrong: sending it again would not help.
 _REFUSED_FOR_GOOD = frozenset({400, 413, 415})
 
@@ -76,6 +78,8 @@ class Backoff:
 
 # This process's backoff: a projector object is made anew for each run.
 backoff = Backoff()
+# The paths this process read last (a projector object is made anew for each run).
+kept_paths = KeptPaths(KEPT_ENTRIES)
 
 
 def enabled() -> bool:
@@ -90,38 +94,38 @@ class OtlpProjector:
 
     def apply(self, batch: Sequence[tuple[PendingSession, Sequence[EventRecord]]]) -> None:
         ended = {
-            session.id: [e.turn for e in events if e.type == "turn/end" and e.turn is not None]
+            str(session.id): [e.turn for e in events if e.type == "turn/end" and e.turn is not None]
             for session, events in batch
         }
         ended = {sid: turns for sid, turns in ended.items() if turns}
         if not ended:
             return
-        agents = _agents(list(ended))
         spans = [
             span
-            for sid, turns in ended.items()
-            for turn_spans in session_turn_spans(
-                sid,
-                turns,
-                agent=agents.get(sid, "strand"),
+            for turn_spans in turns_spans(
+                ended,
+                agents=_agents(list(ended)),
                 capture_content=settings.STRAND_OTLP_CAPTURE_CONTENT,
                 max_chars=settings.STRAND_OTLP_ATTRIBUTE_CHARS,
+                kept=kept_paths,
             )
             for span in turn_spans
         ]
         push(spans)
 
     def forget(self, session_id: uuid.UUID | str) -> None:
-        """Nothing is kept here: what was sent stays with the collector."""
+        """Only the session's kept path: what was sent stays with the collector."""
+        kept_paths.forget(session_id)
 
 
-def _agents(session_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+def _agents(session_ids: list[str]) -> dict[str, str]:
+    """Each session's agent name, by its id as text."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT id, preset ->> 'name' FROM sessions_app_session WHERE id = ANY(%s)",
-            [[str(sid) for sid in session_ids]],
+            [session_ids],
         )
-        return {sid: agent_name({"name": name}) for sid, name in cur.fetchall()}
+        return {str(sid): agent_name({"name": name}) for sid, name in cur.fetchall()}
 
 
 # --- the push ------------------------------------------------------------------------------

@@ -560,6 +560,48 @@ def events_of_turns(session_id: uuid.UUID | str, turns: Iterable[int]) -> list[E
         return _event_records(cur.fetchall())
 
 
+def events_of_session_turns(
+    keys: Iterable[tuple[uuid.UUID | str, int]],
+) -> dict[tuple[str, int], list[EventRecord]]:
+    """The events of each (session, turn) of `keys`, in seq order: one query for all of
+    them, each turn read by the (session, turn) key (`event_session_turn`)."""
+    pairs = [(str(sid), turn) for sid, turn in keys]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT e.session_id, e.seq, e.type, e.schema_version, e.time, e.data, e.entry_id, "
+            "e.turn, e.step, e.ignorable "
+            "FROM unnest(%s::uuid[], %s::int[]) AS r(session_id, turn) "
+            "JOIN sessions_app_event e ON e.session_id = r.session_id AND e.turn = r.turn "
+            "ORDER BY e.session_id, e.seq",
+            [[p[0] for p in pairs], [p[1] for p in pairs]],
+        )
+        rows = cur.fetchall()
+    found: dict[tuple[str, int], list[EventRecord]] = {}
+    for session_id, *row in rows:
+        for record in _event_records([tuple(row)]):
+            found.setdefault((str(session_id), row[6]), []).append(record)
+    return found
+
+
+def events_at(keys: Iterable[tuple[uuid.UUID | str, int]]) -> dict[tuple[str, int], EventRecord]:
+    """The events at each (session, seq) of `keys` that exists: one query, by the key."""
+    pairs = [(str(sid), seq) for sid, seq in keys]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT e.session_id, e.seq, e.type, e.schema_version, e.time, e.data, e.entry_id, "
+            "e.turn, e.step, e.ignorable "
+            "FROM unnest(%s::uuid[], %s::bigint[]) AS r(session_id, seq) "
+            "JOIN sessions_app_event e ON e.session_id = r.session_id AND e.seq = r.seq",
+            [[p[0] for p in pairs], [p[1] for p in pairs]],
+        )
+        rows = cur.fetchall()
+    found: dict[tuple[str, int], EventRecord] = {}
+    for session_id, *row in rows:
+        for record in _event_records([tuple(row)]):
+            found[(str(session_id), record.seq)] = record
+    return found
+
+
 def _event_records(rows: Iterable[tuple]) -> list[EventRecord]:
     records = []
     for seq, type_, version, time, data, entry_id, turn, step, ignorable in rows:
@@ -663,6 +705,23 @@ def entries_by_id(session_id: uuid.UUID | str, ids: Iterable[str]) -> list[Entry
             [str(session_id), list(ids)],
         )
         return [_entry_record(row) for row in cur.fetchall()]
+
+
+def entries_by_keys(
+    keys: Iterable[tuple[uuid.UUID | str, str]],
+) -> dict[tuple[str, str], EntryRecord]:
+    """The entries at each (session, entry id) of `keys` that exists: one query, by the
+    key."""
+    pairs = [(str(sid), entry_id) for sid, entry_id in keys]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT e.session_id, e.entry_id, e.parent_id, e.type, e.timestamp, e.data, e.seq "
+            "FROM unnest(%s::uuid[], %s::text[]) AS r(session_id, entry_id) "
+            "JOIN sessions_app_entry e "
+            "ON e.session_id = r.session_id AND e.entry_id = r.entry_id",
+            [[p[0] for p in pairs], [p[1] for p in pairs]],
+        )
+        return {(str(row[0]), row[1]): _entry_record(row[1:]) for row in cur.fetchall()}
 
 
 def depth_of(session_id: uuid.UUID | str, entry_id: str) -> int | None:

@@ -5,6 +5,7 @@ theirs, `selectors.context`)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
@@ -33,6 +34,21 @@ class StoredEntries:
 
     def path(self, leaf_id: str, min_depth: int) -> list[EntryRecord]:
         return store.path_to_root(self.session_id, leaf_id, min_depth=min_depth)
+
+
+def entry_facts(keys: Iterable[tuple[uuid.UUID | str, str]]) -> dict[tuple[str, str], LeafFacts]:
+    """The path facts of each (session, entry id) of `keys` that exists: one query, by the
+    key (the leaves of all the requests a projector's batch exports)."""
+    pairs = [(str(sid), entry_id) for sid, entry_id in keys]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT e.session_id, e.entry_id, e.path_compaction, e.path_thinking, e.path_model "
+            "FROM unnest(%s::uuid[], %s::text[]) AS r(session_id, entry_id) "
+            "JOIN sessions_app_entry e "
+            "ON e.session_id = r.session_id AND e.entry_id = r.entry_id",
+            [[p[0] for p in pairs], [p[1] for p in pairs]],
+        )
+        return {(str(row[0]), row[1]): LeafFacts(*row[1:]) for row in cur.fetchall()}
 
 
 def last_entry_facts(session_id: uuid.UUID | str) -> LeafFacts | None:

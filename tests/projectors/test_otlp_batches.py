@@ -1,0 +1,95 @@
+"""The live export reads a batch's turns together and a session's path once: the spans it
+pushes are those the file export makes of the same turns, whether the turns come in one
+batch or over several (the later ones read only the entries added since), and the
+statements of a batch do not grow with its turns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bench.otlp import _turn
+from projections.otel_genai import Span
+from sessions_app import services, store
+from sessions_app.models import Session
+from sessions_app.projectors import otlp, project_pending
+from sessions_app.projectors.otel_spans import agent_name, session_turn_spans
+from sessions_app.store import NewEvent
+from tests.sessions_app.audit_data import HEADER
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def pushed(monkeypatch: Any, settings: Any) -> list[Span]:
+    settings.STRAND_OTLP_ENDPOINT = "http://127.0.0.1:9/v1/traces"
+    spans: list[Span] = []
+    monkeypatch.setattr(otlp, "push", spans.extend)
+    monkeypatch.setattr(otlp, "kept_paths", otlp.KeptPaths(otlp.KEPT_ENTRIES))
+    return spans
+
+
+def _session(owner: Any, title: str) -> tuple[Session, int]:
+    session = services.session_create(owner=owner, title=title, cwd="")
+    session.refresh_from_db()
+    header = NewEvent("request/header", {"reason": "initial", **HEADER}, turn=0, step=0)
+    store.append_events(session.id, session.last_seq, [header])
+    session.refresh_from_db()
+    return session, session.last_seq
+
+
+def _write_turns(session: Session, header_seq: int, turns: range) -> None:
+    session.refresh_from_db()
+    last = session.last_seq
+    for turn in turns:
+        last = store.append_events(
+            session.id, last, _turn(turn, f"question {turn} " * 40, header_seq, "0" * 64)
+        ).last_seq
+
+
+def _exported(session: Session, turns: range) -> list[Span]:
+    batches = session_turn_spans(
+        session.id,
+        turns,
+        agent=agent_name(session.preset),
+        capture_content=True,
+        max_chars=256 * 1024,
+    )
+    return [span for batch in batches for span in batch]
+
+
+def test_turns_pushed_over_several_batches_are_the_file_exports_spans(
+    alice: Any, pushed: list[Span]
+) -> None:
+    first, first_header = _session(alice, "first")
+    second, second_header = _session(alice, "second")
+    _write_turns(first, first_header, range(1, 3))
+    _write_turns(second, second_header, range(1, 2))
+    project_pending([otlp.OtlpProjector()])
+    _write_turns(first, first_header, range(3, 5))  # read from the kept path down
+    _write_turns(second, second_header, range(2, 4))
+    project_pending([otlp.OtlpProjector()])
+    expected = _exported(first, range(1, 3)) + _exported(second, range(1, 2))
+    expected += _exported(first, range(3, 5)) + _exported(second, range(2, 4))
+    assert len(pushed) == 4 * 7
+    assert pushed == expected
+    inputs = [a for s in pushed for a in s["attributes"] if a["key"] == "gen_ai.input.messages"]
+    assert len(inputs) == 2 * 7  # the later requests' inputs hold the whole path
+
+
+def test_a_batch_reads_its_turns_in_statements_that_do_not_grow_with_them(
+    alice: Any, pushed: list[Span]
+) -> None:
+    counts = []
+    for n, turns in enumerate((2, 6)):
+        sessions = [_session(alice, f"s{n}-{i}") for i in range(3)]
+        for session, header_seq in sessions:
+            _write_turns(session, header_seq, range(1, turns + 1))
+        with CaptureQueriesContext(connection) as queries:
+            project_pending([otlp.OtlpProjector()])
+        counts.append(len(queries.captured_queries))
+    assert len(pushed) == 4 * 3 * (2 + 6)
+    assert counts[0] == counts[1]
