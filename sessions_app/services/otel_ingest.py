@@ -9,16 +9,23 @@ session, `session/created` with source `observed:otlp`. Its spans are planned
 appended through the append path, so every view, the projectors and the live channel see
 them as any other facts.
 
-One request is one transaction: what it records is all written, or nothing is. The
-conversation's row is locked while its spans are planned and written, so two requests
-for one conversation are recorded one after the other. A span already recorded (the same
-trace and span id in that session) is skipped: sending a body twice changes nothing.
+One request is one transaction: what it records is all written, or nothing is. The rows of
+the body's conversations are locked (in one statement, in the order of their keys) while
+their spans are planned and written, so two requests for one conversation are recorded one
+after the other. A span already recorded (the same trace and span id in that session) is
+skipped: sending a body twice changes nothing.
+
+The work of a body is a few statements whatever its size, but for one append per
+conversation: its spans already recorded are found in one query (and again, exactly, in one
+query under the locks), the sessions of its new conversations are inserted together, each
+conversation's facts (after its `session/created`, for a new one) are one `append_events`,
+and its span rows and the conversations' states are written once each.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +101,7 @@ def otel_ingest(*, owner: User, spans: Sequence[ObservedSpan]) -> IngestResult:
             result.rejected += 1
             result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {NOT_GENAI}")
     # Spans this owner's sessions hold already, found in one query (checked again under
-    # each conversation's lock below, which is what makes it exact).
+    # the conversations' locks below, which is what makes it exact).
     known = set(
         SpanRow.objects.filter(
             session__owner=owner, span_id__in=list({s.span_id for s in genai})
@@ -103,9 +110,21 @@ def otel_ingest(*, owner: User, spans: Sequence[ObservedSpan]) -> IngestResult:
     fresh = [s for s in genai if (s.trace_id, s.span_id) not in known]
     result.duplicates += len(genai) - len(fresh)
     result.accepted += len(genai) - len(fresh)
+    if not fresh:
+        return result
     with transaction.atomic():
-        for key, group in sorted(_grouped(owner, fresh).items()):
-            _record(owner, key, group, result)
+        groups = _grouped(owner, fresh)
+        conversations = _conversations(owner, groups)
+        recorded = _recorded(conversations.values(), fresh)
+        span_rows: list[SpanRow] = []
+        for key in sorted(groups):
+            conversation = conversations[key]
+            group = [s for s in groups[key] if (s.trace_id, s.span_id) not in recorded]
+            result.duplicates += len(groups[key]) - len(group)
+            result.accepted += len(groups[key]) - len(group)
+            span_rows += _record(conversation, group, result)
+        SpanRow.objects.bulk_create(span_rows)
+        ObservedConversation.objects.bulk_update([c.row for c in conversations.values()], ["state"])
     return result
 
 
@@ -139,62 +158,59 @@ def _grouped(owner: User, spans: list[ObservedSpan]) -> dict[str, list[ObservedS
     return groups
 
 
-def _record(owner: User, key: str, spans: list[ObservedSpan], result: IngestResult) -> None:
-    conversation, made = _conversation(owner, key, spans)
-    session = conversation.session
-    seen: set[tuple[str, str]] = set()
-    if not made:  # a conversation made now has no span yet
-        ids = [s.span_id for s in spans]
-        rows = SpanRow.objects.filter(session=session, span_id__in=ids)
-        seen = set(rows.values_list("trace_id", "span_id"))
-    fresh = [s for s in spans if (s.trace_id, s.span_id) not in seen]
-    result.duplicates += len(spans) - len(fresh)
-    result.accepted += len(spans) - len(fresh)
-    if not fresh:
-        return
-    plan = plan_spans(
-        IngestState.from_json(conversation.state),
-        fresh,
-        first_seq=session.last_seq + 1,
-        max_event_bytes=settings.STRAND_MAX_EVENT_BYTES,
-    )
-    for span, why in plan.rejected:
-        result.rejected += 1
-        result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {why}")
-    events = [NewEvent(f.type, f.data, turn=f.turn, step=f.step) for f in plan.facts]
-    expected = session.last_seq
-    first_of_span: dict[str, int] = {}
-    batch = settings.STRAND_MAX_BATCH
-    for start in range(0, len(events), batch):
-        appended = store.append_events(session.id, expected, events[start : start + batch])
-        expected = appended.last_seq
-    for offset, fact in enumerate(plan.facts):
-        observed = fact.data.get("observed") or {}
-        span_id = observed.get("span_id")
-        if isinstance(span_id, str):
-            first_of_span.setdefault(span_id, session.last_seq + 1 + offset)
-    SpanRow.objects.bulk_create(
+@dataclass
+class _Conversation:
+    """A conversation's row, locked, and, when this request made its session, the
+    `session/created` event still to append before its facts."""
+
+    row: ObservedConversation
+    created: NewEvent | None = None
+
+
+def _conversations(owner: User, groups: dict[str, list[ObservedSpan]]) -> dict[str, _Conversation]:
+    """The rows of the conversations `groups` names, locked, those missing made (with their
+    sessions) in one insert each."""
+    keys = sorted(groups)
+    found = {
+        row.key: _Conversation(row)
+        for row in ObservedConversation.objects.select_for_update(of=("self",))
+        .select_related("session")
+        .filter(owner=owner, key__in=keys)
+        .order_by("key")
+    }
+    missing = [key for key in keys if key not in found]
+    if not missing:
+        return found
+    try:
+        with transaction.atomic():
+            found.update(_make(owner, missing, groups))
+    except IntegrityError:
+        # Another request made one of them meanwhile: take them one at a time, waiting for
+        # that request where it holds one.
+        for key in missing:
+            found[key] = _conversation_one(owner, key, groups[key])
+    return found
+
+
+def _make(
+    owner: User, keys: list[str], groups: dict[str, list[ObservedSpan]]
+) -> dict[str, _Conversation]:
+    built = {
+        key: services.session_build(owner=owner, title=_title(groups[key]), source=SOURCE)
+        for key in keys
+    }
+    Session.objects.bulk_create([session for session, _ in built.values()])
+    rows = ObservedConversation.objects.bulk_create(
         [
-            SpanRow(
-                session=session,
-                trace_id=s.trace_id,
-                span_id=s.span_id,
-                seq=first_of_span.get(s.span_id, 0),
-            )
-            for s in plan.recorded_spans
+            ObservedConversation(owner=owner, key=key, session=session, state={})
+            for key, (session, _) in built.items()
         ]
     )
-    conversation.state = plan.state.to_json()
-    conversation.save(update_fields=["state"])
-    result.accepted += len(plan.recorded_spans)
-    if session not in result.sessions:
-        result.sessions.append(session)
+    return {row.key: _Conversation(row, built[row.key][1]) for row in rows}
 
 
-def _conversation(
-    owner: User, key: str, spans: list[ObservedSpan]
-) -> tuple[ObservedConversation, bool]:
-    """The conversation's row, locked, and whether it was made now (with its session). Two
+def _conversation_one(owner: User, key: str, spans: list[ObservedSpan]) -> _Conversation:
+    """One conversation's row, locked, made now (with its session) when missing. Two
     requests that make the same one at once: the second waits for the first and takes its
     row."""
     for _ in range(2):
@@ -205,17 +221,82 @@ def _conversation(
             .first()
         )
         if found is not None:
-            return found, False
+            return _Conversation(found)
         try:
             with transaction.atomic():
                 session = services.session_create(owner=owner, title=_title(spans), source=SOURCE)
                 made = ObservedConversation.objects.create(
                     owner=owner, key=key, session=session, state={}
                 )
-                return made, True
+                return _Conversation(made)
         except IntegrityError:
             continue
     raise RuntimeError(f"the conversation {key!r} could not be made or found")
+
+
+def _recorded(
+    conversations: Iterable[_Conversation], spans: list[ObservedSpan]
+) -> set[tuple[str, str]]:
+    """The spans among `spans` the conversations' sessions hold already (under their locks,
+    so exact). A span is looked for in every session of the body: its trace and span ids
+    name one span, wherever the body's grouping puts it."""
+    sessions = [c.row.session_id for c in conversations if c.created is None]
+    if not sessions:
+        return set()
+    rows = SpanRow.objects.filter(
+        session_id__in=sessions, span_id__in=list({s.span_id for s in spans})
+    )
+    return set(rows.values_list("trace_id", "span_id"))
+
+
+def _record(
+    conversation: _Conversation, spans: list[ObservedSpan], result: IngestResult
+) -> list[SpanRow]:
+    """Plan `spans` in the conversation, append their facts, and return their span rows
+    (the caller inserts them, with every other conversation's); the row's new state is set,
+    not yet saved."""
+    row, session = conversation.row, conversation.row.session
+    head = [conversation.created] if conversation.created is not None else []
+    if not spans and not head:
+        return []
+    first_seq = session.last_seq + 1 + len(head)
+    plan = plan_spans(
+        IngestState.from_json(row.state),
+        spans,
+        first_seq=first_seq,
+        max_event_bytes=settings.STRAND_MAX_EVENT_BYTES,
+    )
+    for span, why in plan.rejected:
+        result.rejected += 1
+        result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {why}")
+    events = head + [NewEvent(f.type, f.data, turn=f.turn, step=f.step) for f in plan.facts]
+    expected = session.last_seq
+    batch = settings.STRAND_MAX_BATCH
+    for start in range(0, len(events), batch):
+        # No savepoint: a refused append refuses the whole request, which records nothing.
+        appended = store.append_events(
+            session.id, expected, events[start : start + batch], savepoint=False
+        )
+        expected = appended.last_seq
+    session.last_seq = expected
+    first_of_span: dict[str, int] = {}
+    for offset, fact in enumerate(plan.facts):
+        observed = fact.data.get("observed") or {}
+        span_id = observed.get("span_id")
+        if isinstance(span_id, str):
+            first_of_span.setdefault(span_id, first_seq + offset)
+    row.state = plan.state.to_json()
+    result.accepted += len(plan.recorded_spans)
+    result.sessions.append(session)  # once: a body's spans are grouped by conversation
+    return [
+        SpanRow(
+            session=session,
+            trace_id=s.trace_id,
+            span_id=s.span_id,
+            seq=first_of_span.get(s.span_id, 0),
+        )
+        for s in plan.recorded_spans
+    ]
 
 
 def _title(spans: list[ObservedSpan]) -> str:

@@ -133,11 +133,15 @@ def append_events(
     events: Sequence[NewEvent],
     *,
     quota: bool = True,
+    savepoint: bool = True,
 ) -> AppendResult:
     """Append `events` after `expected_seq`. See the invariants at the top of this module.
 
     `quota=False` counts the batch's bytes without refusing it past the quota: for the
-    runtime's closing of a turn already under way, which must not be left open."""
+    runtime's closing of a turn already under way, which must not be left open.
+    `savepoint=False`, inside a caller's transaction, writes without a savepoint of its own
+    (two round trips fewer): for a caller whose transaction is refused whole when one of its
+    appends is (the OpenTelemetry ingest, which appends once per conversation of a body)."""
     if not events:
         raise InvalidEvent("nothing to append: the batch is empty")
     if len(events) > settings.STRAND_MAX_BATCH:
@@ -147,11 +151,12 @@ def append_events(
     for attempt in range(3):
         prepared = _prepare(events)
         try:
-            last_seq, leaf = _call_append(str(session_id), expected_seq, prepared, quota)
+            last_seq, leaf = _call_append(str(session_id), expected_seq, prepared, quota, savepoint)
             break
         except _GeneratedIdCollision:
-            # One of the 8-hex ids drawn here already names an entry: draw new ones.
-            if attempt == 2:
+            # One of the 8-hex ids drawn here already names an entry: draw new ones (not
+            # in a caller's transaction without a savepoint: the failed statement spoilt it).
+            if attempt == 2 or (not savepoint and connection.in_atomic_block):
                 raise InvalidEvent("could not draw a free entry id") from None
     return AppendResult(
         first_seq=last_seq - len(prepared) + 1,
@@ -171,7 +176,7 @@ _REFUSED = {"SA003", "SA004", "SA005", "SA006"}
 
 
 def _call_append(
-    session_id: str, expected_seq: int, prepared: list[_Prepared], quota: bool
+    session_id: str, expected_seq: int, prepared: list[_Prepared], quota: bool, savepoint: bool
 ) -> tuple[int, str | None]:
     params = _arguments(session_id, expected_seq, prepared, quota)
     sql = (
@@ -181,7 +186,8 @@ def _call_append(
     try:
         # Inside a caller's transaction (an import, a fork) a savepoint keeps a refused batch
         # from spoiling it; on its own, the one statement is its own transaction.
-        scope = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        inside = connection.in_atomic_block
+        scope = transaction.atomic() if inside and savepoint else nullcontext()
         connection.ensure_connection()
         # psycopg's own cursor binds parameters on the server (Django's binds them in the
         # client, which costs more than the whole statement for a large batch), and the
