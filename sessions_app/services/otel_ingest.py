@@ -32,6 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from projections.otel_ingest import (
     GEN_AI_AGENT_NAME,
@@ -102,11 +103,7 @@ def otel_ingest(*, owner: User, spans: Sequence[ObservedSpan]) -> IngestResult:
             result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {NOT_GENAI}")
     # Spans this owner's sessions hold already, found in one query (checked again under
     # the conversations' locks below, which is what makes it exact).
-    known = set(
-        SpanRow.objects.filter(
-            session__owner=owner, span_id__in=list({s.span_id for s in genai})
-        ).values_list("trace_id", "span_id")
-    )
+    known = set(_recorded_spans(SpanRow.objects.filter(session__owner=owner), genai))
     fresh = [s for s in genai if (s.trace_id, s.span_id) not in known]
     result.duplicates += len(genai) - len(fresh)
     result.accepted += len(genai) - len(fresh)
@@ -243,10 +240,17 @@ def _recorded(
     sessions = [c.row.session_id for c in conversations if c.created is None]
     if not sessions:
         return set()
-    rows = SpanRow.objects.filter(
-        session_id__in=sessions, span_id__in=list({s.span_id for s in spans})
+    return set(_recorded_spans(SpanRow.objects.filter(session_id__in=sessions), spans))
+
+
+def _recorded_spans(rows: QuerySet[SpanRow], spans: list[ObservedSpan]) -> list[tuple[str, str]]:
+    """The (trace id, span id) of `rows` that are among `spans`, found through the trace id's
+    index: the work is the rows of the body's traces, not of the whole table."""
+    found = rows.filter(
+        trace_id__in=list({s.trace_id for s in spans}),
+        span_id__in=list({s.span_id for s in spans}),
     )
-    return set(rows.values_list("trace_id", "span_id"))
+    return list(found.values_list("trace_id", "span_id"))
 
 
 def _record(
