@@ -441,7 +441,8 @@ class _Planner:
 
     def _check_sizes(self, start: int) -> None:
         for fact in self.facts[start:]:
-            size = len(canonical_json(fact.data))
+            # As the store measures an event: its data's compact JSON, in UTF-8.
+            size = len(json.dumps(fact.data, ensure_ascii=False, separators=(",", ":")).encode())
             if size > self.max_event_bytes:
                 raise _Refused(
                     f"its {fact.type} would be {size} bytes, over the {self.max_event_bytes} "
@@ -605,15 +606,16 @@ class _Planner:
             "messages": inputs if inputs is not None else [],
         }
         input_tokens = _int(attrs.get(GEN_AI_USAGE_INPUT_TOKENS))
+        recorded_json = canonical_json(recorded)
         self._emit(
             "request/sent",
             {
                 "header_seq": self.state.header_seq,
                 "leaf_entry_id": self.state.leaf,
-                "payload_sha256": hashlib.sha256(canonical_json(recorded)).hexdigest(),
+                "payload_sha256": hashlib.sha256(recorded_json).hexdigest(),
                 "token_estimate": input_tokens
                 if input_tokens is not None
-                else len(canonical_json(recorded)) // 4,
+                else len(recorded_json) // 4,
                 "attempt": 1,
                 "recorded_input": recorded,
                 "content_captured": inputs is not None,

@@ -15,11 +15,11 @@ their spans are planned and written, so two requests for one conversation are re
 after the other. A span already recorded (the same trace and span id in that session) is
 skipped: sending a body twice changes nothing.
 
-The work of a body is a few statements whatever its size, but for one append per
-conversation: its spans already recorded are found in one query (and again, exactly, in one
-query under the locks), the sessions of its new conversations are inserted together, each
-conversation's facts (after its `session/created`, for a new one) are one `append_events`,
-and its span rows and the conversations' states are written once each.
+The work of a body is a few statements whatever its size: its spans already recorded are
+found in one query (and again, exactly, in one query under the locks), the sessions of its
+new conversations are inserted together, the facts of all its conversations (each after its
+`session/created`, for a new one) are one `store.append_events_many`, and its span rows and
+the conversations' states are written once each.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from projections.otel_ingest import (
     SOURCE,
     IngestState,
     ObservedSpan,
+    Plan,
     plan_spans,
     session_key,
 )
@@ -113,14 +114,16 @@ def otel_ingest(*, owner: User, spans: Sequence[ObservedSpan]) -> IngestResult:
         groups = _grouped(owner, fresh)
         conversations = _conversations(owner, groups)
         recorded = _recorded(conversations.values(), fresh)
-        span_rows: list[SpanRow] = []
+        planned = []
         for key in sorted(groups):
-            conversation = conversations[key]
             group = [s for s in groups[key] if (s.trace_id, s.span_id) not in recorded]
             result.duplicates += len(groups[key]) - len(group)
             result.accepted += len(groups[key]) - len(group)
-            span_rows += _record(conversation, group, result)
-        SpanRow.objects.bulk_create(span_rows)
+            one = _plan(conversations[key], group)
+            if one is not None:
+                planned.append(one)
+        _append(planned)
+        SpanRow.objects.bulk_create([r for one in planned for r in _recorded_rows(one, result)])
         ObservedConversation.objects.bulk_update([c.row for c in conversations.values()], ["state"])
     return result
 
@@ -253,16 +256,22 @@ def _recorded_spans(rows: QuerySet[SpanRow], spans: list[ObservedSpan]) -> list[
     return list(found.values_list("trace_id", "span_id"))
 
 
-def _record(
-    conversation: _Conversation, spans: list[ObservedSpan], result: IngestResult
-) -> list[SpanRow]:
-    """Plan `spans` in the conversation, append their facts, and return their span rows
-    (the caller inserts them, with every other conversation's); the row's new state is set,
-    not yet saved."""
+@dataclass
+class _Planned:
+    """A conversation's spans planned: the events to append (its `session/created` first,
+    for a session made now) and the seq its first planned fact takes."""
+
+    conversation: _Conversation
+    plan: Plan
+    events: list[NewEvent]
+    first_seq: int
+
+
+def _plan(conversation: _Conversation, spans: list[ObservedSpan]) -> _Planned | None:
     row, session = conversation.row, conversation.row.session
     head = [conversation.created] if conversation.created is not None else []
     if not spans and not head:
-        return []
+        return None
     first_seq = session.last_seq + 1 + len(head)
     plan = plan_spans(
         IngestState.from_json(row.state),
@@ -270,25 +279,38 @@ def _record(
         first_seq=first_seq,
         max_event_bytes=settings.STRAND_MAX_EVENT_BYTES,
     )
+    events = head + [NewEvent(f.type, f.data, turn=f.turn, step=f.step) for f in plan.facts]
+    return _Planned(conversation, plan, events, first_seq)
+
+
+def _append(planned: list[_Planned]) -> None:
+    """Append every conversation's events in one statement (a conversation of more than
+    `STRAND_MAX_BATCH` events in several batches of it, one after the other)."""
+    appends = []
+    batch = settings.STRAND_MAX_BATCH
+    for one in planned:
+        session = one.conversation.row.session
+        for start in range(0, len(one.events), batch):
+            appends.append(
+                (session.id, session.last_seq + start, one.events[start : start + batch])
+            )
+        session.last_seq += len(one.events)
+    store.append_events_many(appends)
+
+
+def _recorded_rows(one: _Planned, result: IngestResult) -> list[SpanRow]:
+    """The span rows of what `one` recorded (the caller inserts them, with every other
+    conversation's), counted in `result`; the conversation's new state is set, not saved."""
+    row, session, plan = one.conversation.row, one.conversation.row.session, one.plan
     for span, why in plan.rejected:
         result.rejected += 1
         result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {why}")
-    events = head + [NewEvent(f.type, f.data, turn=f.turn, step=f.step) for f in plan.facts]
-    expected = session.last_seq
-    batch = settings.STRAND_MAX_BATCH
-    for start in range(0, len(events), batch):
-        # No savepoint: a refused append refuses the whole request, which records nothing.
-        appended = store.append_events(
-            session.id, expected, events[start : start + batch], savepoint=False
-        )
-        expected = appended.last_seq
-    session.last_seq = expected
     first_of_span: dict[str, int] = {}
     for offset, fact in enumerate(plan.facts):
         observed = fact.data.get("observed") or {}
         span_id = observed.get("span_id")
         if isinstance(span_id, str):
-            first_of_span.setdefault(span_id, first_seq + offset)
+            first_of_span.setdefault(span_id, one.first_seq + offset)
     row.state = plan.state.to_json()
     result.accepted += len(plan.recorded_spans)
     result.sessions.append(session)  # once: a body's spans are grouped by conversation
