@@ -29,7 +29,16 @@ How spans map:
   for it; a result already recorded from a later request's input is not added twice.
 
 Order: spans are planned in the order of their start times within one request; a request
-appends after whatever earlier requests recorded (live, as spans arrive). Every fact keeps
+appends after whatever earlier requests recorded (live, as spans arrive).
+
+A late span — one of a trace whose turn is closed already (its invoke_agent arrived and
+ended it in an earlier request, or a span of another trace closed it) — is recorded as a
+late fact of that turn: its facts carry that turn's number (a chat is a new step of it, a
+tool call joins the step whose reply asked for it), with no new `turn/start` or `turn/end`,
+so the trace draws it inside its own turn at its own times and the turn open meanwhile, if
+any, stays open. The state remembers the last `CLOSED_KEPT` turns closed; a span of an
+older one starts a turn of its own. (A late invoke_agent, whose turn was closed without it,
+is still recorded as a turn of its own.) Every fact keeps
 its span's own time (`observed.time`), which is the time the views show. Every fact also
 keeps the span's ids and, on the span's main fact, the attributes not mapped here
 (`observed.attributes`), so nothing the producer sent is lost.
@@ -111,6 +120,7 @@ MAPPED = frozenset(
 )
 
 STATUS_ERROR = 2  # OTLP's STATUS_CODE_ERROR
+CLOSED_KEPT = 64  # closed turns a late span can still be placed in
 MAX_ATTRIBUTE_DEPTH = 16  # nested arrays and key-value lists in one attribute value
 
 
@@ -325,6 +335,9 @@ class IngestState:
     calls: list[str] = field(default_factory=list)  # tool call ids dispatched (tool/call)
     tool_names: dict[str, str] = field(default_factory=dict)  # call id → tool name
     last_time: str | None = None  # the time of the last fact
+    call_steps: dict[str, int] = field(default_factory=dict)  # the open turn's call id → step
+    # The last CLOSED_KEPT turns closed, by trace: {"turn", "next_step", "call_steps"}.
+    closed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
@@ -335,6 +348,19 @@ class IngestState:
         for name in cls.__slots__:  # type: ignore[attr-defined]
             if data and name in data:
                 setattr(state, name, data[name])
+        return state.copy()
+
+    def copy(self) -> IngestState:
+        """A copy that shares nothing that planning changes (a refused span's changes are
+        undone by going back to a copy taken before it)."""
+        state = IngestState(**{name: getattr(self, name) for name in self.__slots__})  # type: ignore[attr-defined]
+        state.open_root = dict(self.open_root) if self.open_root is not None else None
+        state.path, state.calls = list(self.path), list(self.calls)
+        state.tool_names, state.call_steps = dict(self.tool_names), dict(self.call_steps)
+        state.closed = {
+            trace: {**turn, "call_steps": dict(turn.get("call_steps") or {})}
+            for trace, turn in self.closed.items()
+        }
         return state
 
 
@@ -363,7 +389,7 @@ def plan_spans(
     facts `state` describes. `first_seq` is the seq the first fact will take (header seqs
     are named by later requests); a span whose facts would be over `max_event_bytes` is
     rejected, not cut."""
-    planner = _Planner(IngestState.from_json(state.to_json()), first_seq, max_event_bytes)
+    planner = _Planner(state.copy(), first_seq, max_event_bytes)
     ordered = sorted(spans, key=lambda s: (s.start_ns, -s.end_ns, s.span_id))
     for span in ordered:
         planner.add(span)
@@ -390,10 +416,12 @@ class _Planner:
         if operation not in OPERATIONS:
             self.rejected.append((span, NOT_GENAI))
             return
-        mark = (len(self.facts), IngestState.from_json(self.state.to_json()))
+        mark = (len(self.facts), self.state.copy())
         try:
             if operation == OP_INVOKE_AGENT:
                 self._agent(span)
+            elif span.trace_id in self.state.closed and span.trace_id != self.state.open_trace:
+                self._late(span, operation)
             elif operation == OP_EXECUTE_TOOL:
                 self._tool(span)
             else:
@@ -413,7 +441,8 @@ class _Planner:
 
     def _check_sizes(self, start: int) -> None:
         for fact in self.facts[start:]:
-            size = len(canonical_json(fact.data))
+            # As the store measures an event: its data's compact JSON, in UTF-8.
+            size = len(json.dumps(fact.data, ensure_ascii=False, separators=(",", ":")).encode())
             if size > self.max_event_bytes:
                 raise _Refused(
                     f"its {fact.type} would be {size} bytes, over the {self.max_event_bytes} "
@@ -432,6 +461,7 @@ class _Planner:
             state.open_root = None
             state.step = None
             state.next_step = 0
+            state.call_steps = {}
             self._emit(
                 "turn/start",
                 {"turn": state.turn, "trigger": "message"},
@@ -477,8 +507,39 @@ class _Planner:
         self.facts.append(Fact("turn/end", data, state.turn))
         if root.get("end"):
             state.last_time = root["end"]
+        self._remember_closed(state.open_trace, state.turn, state.next_step, state.call_steps)
         state.open_trace = None
         state.open_root = None
+        state.call_steps = {}
+
+    def _remember_closed(
+        self, trace: str, turn: int, next_step: int, call_steps: dict[str, int]
+    ) -> None:
+        closed = self.state.closed
+        closed.pop(trace, None)
+        closed[trace] = {"turn": turn, "next_step": next_step, "call_steps": call_steps}
+        while len(closed) > CLOSED_KEPT:
+            del closed[next(iter(closed))]
+
+    def _late(self, span: ObservedSpan, operation: str) -> None:
+        """Record a chat or execute_tool span in its trace's closed turn: the open turn's
+        place is set aside, the closed turn's taken, the span recorded as in any turn (a
+        chat's step closed again at once), and the open turn's place given back."""
+        state = self.state
+        held = (state.turn, state.open_trace, state.open_root, state.step, state.next_step)
+        held_calls = state.call_steps
+        closed = state.closed[span.trace_id]
+        state.turn, state.open_trace, state.open_root = closed["turn"], span.trace_id, None
+        state.step, state.next_step = None, closed["next_step"]
+        state.call_steps = closed["call_steps"]
+        if operation == OP_EXECUTE_TOOL:
+            self._tool(span)
+        else:
+            self._chat(span)
+        self._close_step()
+        closed["next_step"], closed["call_steps"] = state.next_step, state.call_steps
+        state.turn, state.open_trace, state.open_root, state.step, state.next_step = held
+        state.call_steps = held_calls
 
     def _open_step(self, span: ObservedSpan) -> int:
         state = self.state
@@ -545,15 +606,16 @@ class _Planner:
             "messages": inputs if inputs is not None else [],
         }
         input_tokens = _int(attrs.get(GEN_AI_USAGE_INPUT_TOKENS))
+        recorded_json = canonical_json(recorded)
         self._emit(
             "request/sent",
             {
                 "header_seq": self.state.header_seq,
                 "leaf_entry_id": self.state.leaf,
-                "payload_sha256": hashlib.sha256(canonical_json(recorded)).hexdigest(),
+                "payload_sha256": hashlib.sha256(recorded_json).hexdigest(),
                 "token_estimate": input_tokens
                 if input_tokens is not None
-                else len(canonical_json(recorded)) // 4,
+                else len(recorded_json) // 4,
                 "attempt": 1,
                 "recorded_input": recorded,
                 "content_captured": inputs is not None,
@@ -570,8 +632,11 @@ class _Planner:
         turn = self._ensure_turn(span)
         attrs = span.attributes
         state = self.state
-        step = state.step if state.step is not None else self._open_step(span)
         call_id = str(attrs.get(GEN_AI_TOOL_CALL_ID) or f"span-{span.span_id}")[:200]
+        # The open step; for a late span, the step whose reply asked for the call.
+        step = state.step if state.step is not None else state.call_steps.get(call_id)
+        if step is None:
+            step = self._open_step(span)
         name = str(attrs.get(GEN_AI_TOOL_NAME) or span.name.removeprefix("execute_tool ").strip())
         name = name[:200] or "tool"
         arguments = attrs.get(GEN_AI_TOOL_CALL_ARGUMENTS)
@@ -684,6 +749,7 @@ class _Planner:
         for block in content:
             if block.get("type") == "toolCall":
                 self.state.tool_names[str(block["id"])] = str(block.get("name") or "")
+                self.state.call_steps[str(block["id"])] = step
         message: dict[str, Any] = {
             "role": "assistant",
             "content": content,

@@ -65,6 +65,38 @@ def session_create(
     (`workspaces`), whoever asks; a folder another session works in is copied into a folder
     of the new session's own (`workspaces.session_folder`).
     """
+    session, created = session_build(
+        owner=owner,
+        title=title,
+        cwd=cwd,
+        preset=preset,
+        source=source,
+        parent=parent,
+        fork_point=fork_point,
+        pi_header=pi_header,
+    )
+    with transaction.atomic():
+        session.save(force_insert=True)
+        store.append_events(session.id, -1, [created])
+    session.refresh_from_db()
+    return session
+
+
+def session_build(
+    *,
+    owner: User,
+    title: str = "",
+    cwd: str = "",
+    preset: str | None = None,
+    source: str = "new",
+    parent: Session | None = None,
+    fork_point: str | None = None,
+    pi_header: Mapping[str, Any] | None = None,
+) -> tuple[Session, NewEvent]:
+    """A new session's row, not yet saved, and its `session/created` event, for a writer
+    that saves many at once (the OpenTelemetry ingest makes a session per conversation):
+    the caller inserts the row and appends the event first, at seq 0. The arguments are
+    `session_create`'s, checked the same way (its workspace folder is made here)."""
     if len(title) > 500:
         raise DomainError("title is longer than 500 characters")
     name = preset or OFFLINE
@@ -77,32 +109,29 @@ def session_create(
         cwd = workspaces.check_owned_cwd(owner, cwd)
     in_use = bool(cwd) and Session.objects.filter(cwd=cwd).exists()
     cwd = workspaces.session_folder(owner, cwd, str(session_id), in_use=in_use)
-    with transaction.atomic():
-        session = Session.objects.create(
-            id=session_id,
-            owner=owner,
-            title=title,
-            cwd=cwd,
-            preset=chosen,
-            parent=parent,
-            fork_point=fork_point or "",
-            origin=OBSERVED if source.startswith("observed:") else "",
-        )
-        data: dict[str, Any] = {
-            "title": title,
-            # As its users see it: the log is read through the API and the pages.
-            "cwd": workspaces.display_cwd(owner, cwd),
-            "preset_name": name,
-            "preset": chosen,
-            "source": source,
-            "parent_session": str(parent.id) if parent else None,
-            "fork_point": fork_point,
-        }
-        if pi_header is not None:
-            data["pi_header"] = dict(pi_header)
-        store.append_events(session.id, -1, [NewEvent("session/created", data)])
-    session.refresh_from_db()
-    return session
+    session = Session(
+        id=session_id,
+        owner=owner,
+        title=title,
+        cwd=cwd,
+        preset=chosen,
+        parent=parent,
+        fork_point=fork_point or "",
+        origin=OBSERVED if source.startswith("observed:") else "",
+    )
+    data: dict[str, Any] = {
+        "title": title,
+        # As its users see it: the log is read through the API and the pages.
+        "cwd": workspaces.display_cwd(owner, cwd),
+        "preset_name": name,
+        "preset": chosen,
+        "source": source,
+        "parent_session": str(parent.id) if parent else None,
+        "fork_point": fork_point,
+    }
+    if pi_header is not None:
+        data["pi_header"] = dict(pi_header)
+    return session, NewEvent("session/created", data)
 
 
 def session_rename(*, session: Session, title: str) -> Session:

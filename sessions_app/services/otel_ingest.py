@@ -9,22 +9,30 @@ session, `session/created` with source `observed:otlp`. Its spans are planned
 appended through the append path, so every view, the projectors and the live channel see
 them as any other facts.
 
-One request is one transaction: what it records is all written, or nothing is. The
-conversation's row is locked while its spans are planned and written, so two requests
-for one conversation are recorded one after the other. A span already recorded (the same
-trace and span id in that session) is skipped: sending a body twice changes nothing.
+One request is one transaction: what it records is all written, or nothing is. The rows of
+the body's conversations are locked (in one statement, in the order of their keys) while
+their spans are planned and written, so two requests for one conversation are recorded one
+after the other. A span already recorded (the same trace and span id in that session) is
+skipped: sending a body twice changes nothing.
+
+The work of a body is a few statements whatever its size: its spans already recorded are
+found in one query (and again, exactly, in one query under the locks), the sessions of its
+new conversations are inserted together, the facts of all its conversations (each after its
+`session/created`, for a new one) are one `store.append_events_many`, and its span rows and
+the conversations' states are written once each.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from projections.otel_ingest import (
     GEN_AI_AGENT_NAME,
@@ -33,6 +41,7 @@ from projections.otel_ingest import (
     SOURCE,
     IngestState,
     ObservedSpan,
+    Plan,
     plan_spans,
     session_key,
 )
@@ -94,18 +103,28 @@ def otel_ingest(*, owner: User, spans: Sequence[ObservedSpan]) -> IngestResult:
             result.rejected += 1
             result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {NOT_GENAI}")
     # Spans this owner's sessions hold already, found in one query (checked again under
-    # each conversation's lock below, which is what makes it exact).
-    known = set(
-        SpanRow.objects.filter(
-            session__owner=owner, span_id__in=list({s.span_id for s in genai})
-        ).values_list("trace_id", "span_id")
-    )
+    # the conversations' locks below, which is what makes it exact).
+    known = set(_recorded_spans(SpanRow.objects.filter(session__owner=owner), genai))
     fresh = [s for s in genai if (s.trace_id, s.span_id) not in known]
     result.duplicates += len(genai) - len(fresh)
     result.accepted += len(genai) - len(fresh)
+    if not fresh:
+        return result
     with transaction.atomic():
-        for key, group in sorted(_grouped(owner, fresh).items()):
-            _record(owner, key, group, result)
+        groups = _grouped(owner, fresh)
+        conversations = _conversations(owner, groups)
+        recorded = _recorded(conversations.values(), fresh)
+        planned = []
+        for key in sorted(groups):
+            group = [s for s in groups[key] if (s.trace_id, s.span_id) not in recorded]
+            result.duplicates += len(groups[key]) - len(group)
+            result.accepted += len(groups[key]) - len(group)
+            one = _plan(conversations[key], group)
+            if one is not None:
+                planned.append(one)
+        _append(planned)
+        SpanRow.objects.bulk_create([r for one in planned for r in _recorded_rows(one, result)])
+        ObservedConversation.objects.bulk_update([c.row for c in conversations.values()], ["state"])
     return result
 
 
@@ -139,62 +158,59 @@ def _grouped(owner: User, spans: list[ObservedSpan]) -> dict[str, list[ObservedS
     return groups
 
 
-def _record(owner: User, key: str, spans: list[ObservedSpan], result: IngestResult) -> None:
-    conversation, made = _conversation(owner, key, spans)
-    session = conversation.session
-    seen: set[tuple[str, str]] = set()
-    if not made:  # a conversation made now has no span yet
-        ids = [s.span_id for s in spans]
-        rows = SpanRow.objects.filter(session=session, span_id__in=ids)
-        seen = set(rows.values_list("trace_id", "span_id"))
-    fresh = [s for s in spans if (s.trace_id, s.span_id) not in seen]
-    result.duplicates += len(spans) - len(fresh)
-    result.accepted += len(spans) - len(fresh)
-    if not fresh:
-        return
-    plan = plan_spans(
-        IngestState.from_json(conversation.state),
-        fresh,
-        first_seq=session.last_seq + 1,
-        max_event_bytes=settings.STRAND_MAX_EVENT_BYTES,
-    )
-    for span, why in plan.rejected:
-        result.rejected += 1
-        result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {why}")
-    events = [NewEvent(f.type, f.data, turn=f.turn, step=f.step) for f in plan.facts]
-    expected = session.last_seq
-    first_of_span: dict[str, int] = {}
-    batch = settings.STRAND_MAX_BATCH
-    for start in range(0, len(events), batch):
-        appended = store.append_events(session.id, expected, events[start : start + batch])
-        expected = appended.last_seq
-    for offset, fact in enumerate(plan.facts):
-        observed = fact.data.get("observed") or {}
-        span_id = observed.get("span_id")
-        if isinstance(span_id, str):
-            first_of_span.setdefault(span_id, session.last_seq + 1 + offset)
-    SpanRow.objects.bulk_create(
+@dataclass
+class _Conversation:
+    """A conversation's row, locked, and, when this request made its session, the
+    `session/created` event still to append before its facts."""
+
+    row: ObservedConversation
+    created: NewEvent | None = None
+
+
+def _conversations(owner: User, groups: dict[str, list[ObservedSpan]]) -> dict[str, _Conversation]:
+    """The rows of the conversations `groups` names, locked, those missing made (with their
+    sessions) in one insert each."""
+    keys = sorted(groups)
+    found = {
+        row.key: _Conversation(row)
+        for row in ObservedConversation.objects.select_for_update(of=("self",))
+        .select_related("session")
+        .filter(owner=owner, key__in=keys)
+        .order_by("key")
+    }
+    missing = [key for key in keys if key not in found]
+    if not missing:
+        return found
+    try:
+        with transaction.atomic():
+            found.update(_make(owner, missing, groups))
+    except IntegrityError:
+        # Another request made one of them meanwhile: take them one at a time, waiting for
+        # that request where it holds one.
+        for key in missing:
+            found[key] = _conversation_one(owner, key, groups[key])
+    return found
+
+
+def _make(
+    owner: User, keys: list[str], groups: dict[str, list[ObservedSpan]]
+) -> dict[str, _Conversation]:
+    built = {
+        key: services.session_build(owner=owner, title=_title(groups[key]), source=SOURCE)
+        for key in keys
+    }
+    Session.objects.bulk_create([session for session, _ in built.values()])
+    rows = ObservedConversation.objects.bulk_create(
         [
-            SpanRow(
-                session=session,
-                trace_id=s.trace_id,
-                span_id=s.span_id,
-                seq=first_of_span.get(s.span_id, 0),
-            )
-            for s in plan.recorded_spans
+            ObservedConversation(owner=owner, key=key, session=session, state={})
+            for key, (session, _) in built.items()
         ]
     )
-    conversation.state = plan.state.to_json()
-    conversation.save(update_fields=["state"])
-    result.accepted += len(plan.recorded_spans)
-    if session not in result.sessions:
-        result.sessions.append(session)
+    return {row.key: _Conversation(row, built[row.key][1]) for row in rows}
 
 
-def _conversation(
-    owner: User, key: str, spans: list[ObservedSpan]
-) -> tuple[ObservedConversation, bool]:
-    """The conversation's row, locked, and whether it was made now (with its session). Two
+def _conversation_one(owner: User, key: str, spans: list[ObservedSpan]) -> _Conversation:
+    """One conversation's row, locked, made now (with its session) when missing. Two
     requests that make the same one at once: the second waits for the first and takes its
     row."""
     for _ in range(2):
@@ -205,17 +221,108 @@ def _conversation(
             .first()
         )
         if found is not None:
-            return found, False
+            return _Conversation(found)
         try:
             with transaction.atomic():
                 session = services.session_create(owner=owner, title=_title(spans), source=SOURCE)
                 made = ObservedConversation.objects.create(
                     owner=owner, key=key, session=session, state={}
                 )
-                return made, True
+                return _Conversation(made)
         except IntegrityError:
             continue
     raise RuntimeError(f"the conversation {key!r} could not be made or found")
+
+
+def _recorded(
+    conversations: Iterable[_Conversation], spans: list[ObservedSpan]
+) -> set[tuple[str, str]]:
+    """The spans among `spans` the conversations' sessions hold already (under their locks,
+    so exact). A span is looked for in every session of the body: its trace and span ids
+    name one span, wherever the body's grouping puts it."""
+    sessions = [c.row.session_id for c in conversations if c.created is None]
+    if not sessions:
+        return set()
+    return set(_recorded_spans(SpanRow.objects.filter(session_id__in=sessions), spans))
+
+
+def _recorded_spans(rows: QuerySet[SpanRow], spans: list[ObservedSpan]) -> list[tuple[str, str]]:
+    """The (trace id, span id) of `rows` that are among `spans`, found through the trace id's
+    index: the work is the rows of the body's traces, not of the whole table."""
+    found = rows.filter(
+        trace_id__in=list({s.trace_id for s in spans}),
+        span_id__in=list({s.span_id for s in spans}),
+    )
+    return list(found.values_list("trace_id", "span_id"))
+
+
+@dataclass
+class _Planned:
+    """A conversation's spans planned: the events to append (its `session/created` first,
+    for a session made now) and the seq its first planned fact takes."""
+
+    conversation: _Conversation
+    plan: Plan
+    events: list[NewEvent]
+    first_seq: int
+
+
+def _plan(conversation: _Conversation, spans: list[ObservedSpan]) -> _Planned | None:
+    row, session = conversation.row, conversation.row.session
+    head = [conversation.created] if conversation.created is not None else []
+    if not spans and not head:
+        return None
+    first_seq = session.last_seq + 1 + len(head)
+    plan = plan_spans(
+        IngestState.from_json(row.state),
+        spans,
+        first_seq=first_seq,
+        max_event_bytes=settings.STRAND_MAX_EVENT_BYTES,
+    )
+    events = head + [NewEvent(f.type, f.data, turn=f.turn, step=f.step) for f in plan.facts]
+    return _Planned(conversation, plan, events, first_seq)
+
+
+def _append(planned: list[_Planned]) -> None:
+    """Append every conversation's events in one statement (a conversation of more than
+    `STRAND_MAX_BATCH` events in several batches of it, one after the other)."""
+    appends = []
+    batch = settings.STRAND_MAX_BATCH
+    for one in planned:
+        session = one.conversation.row.session
+        for start in range(0, len(one.events), batch):
+            appends.append(
+                (session.id, session.last_seq + start, one.events[start : start + batch])
+            )
+        session.last_seq += len(one.events)
+    store.append_events_many(appends)
+
+
+def _recorded_rows(one: _Planned, result: IngestResult) -> list[SpanRow]:
+    """The span rows of what `one` recorded (the caller inserts them, with every other
+    conversation's), counted in `result`; the conversation's new state is set, not saved."""
+    row, session, plan = one.conversation.row, one.conversation.row.session, one.plan
+    for span, why in plan.rejected:
+        result.rejected += 1
+        result.reasons.append(f"span {span.span_id} ({span.name[:60]}): {why}")
+    first_of_span: dict[str, int] = {}
+    for offset, fact in enumerate(plan.facts):
+        observed = fact.data.get("observed") or {}
+        span_id = observed.get("span_id")
+        if isinstance(span_id, str):
+            first_of_span.setdefault(span_id, one.first_seq + offset)
+    row.state = plan.state.to_json()
+    result.accepted += len(plan.recorded_spans)
+    result.sessions.append(session)  # once: a body's spans are grouped by conversation
+    return [
+        SpanRow(
+            session=session,
+            trace_id=s.trace_id,
+            span_id=s.span_id,
+            seq=first_of_span.get(s.span_id, 0),
+        )
+        for s in plan.recorded_spans
+    ]
 
 
 def _title(spans: list[ObservedSpan]) -> str:

@@ -1,6 +1,8 @@
 """The append path: the only code that writes events (DESIGN §4).
 
-Invariants, each kept by `append_events` inside one transaction:
+Invariants, each kept by `append_events` inside one transaction (and by
+`append_events_many`, which runs the same database function for several sessions in one
+statement):
 
 1. The session row is locked first (`SELECT … FOR UPDATE`); its `last_seq` is the counter.
 2. `expected_seq` must equal `last_seq`, or nothing is written and `ConcurrencyError` carries
@@ -159,6 +161,67 @@ def append_events(
         leaf_entry_id=leaf,
         entry_ids=tuple(p.entry["id"] for p in prepared if p.entry is not None),
     )
+
+
+def append_events_many(
+    appends: Sequence[tuple[uuid.UUID | str, int, Sequence[NewEvent]]],
+) -> list[AppendResult]:
+    """Append to several sessions in one statement (one round trip): each (session, expected
+    seq, events) is checked and written as `append_events` would, in the order given (a
+    session may come again, after its earlier batch). One refused batch refuses them all,
+    raising what `append_events` would raise for it (a stale seq names the first batch's
+    expected seq). For a writer of many sessions at once: the OpenTelemetry ingest appends
+    each conversation of a body."""
+    if not appends:
+        return []
+    prepared_all = []
+    for _, _, events in appends:
+        if not events:
+            raise InvalidEvent("nothing to append: the batch is empty")
+        if len(events) > settings.STRAND_MAX_BATCH:
+            raise TooLarge(
+                f"batch of {len(events)} events exceeds the limit of {settings.STRAND_MAX_BATCH}"
+            )
+        prepared_all.append(_prepare(events))
+    # The batches go as one JSON array (their texts joined, not re-encoded or quoted as
+    # array elements); the other arguments as one array each.
+    columns: list[list[Any]] = [[] for _ in range(6)]
+    batches = []
+    for (session_id, expected_seq, _), prepared in zip(appends, prepared_all, strict=True):
+        params = _arguments(str(session_id), expected_seq, prepared, True)
+        for column, value in zip(columns, params[:2] + params[4:8], strict=True):
+            column.append(value)
+        batches.append(params[3])
+        now, quota = params[2], params[8]
+    sql = (
+        "SELECT r.new_last_seq, r.new_leaf FROM unnest(%s::uuid[], %s::bigint[], %s::int[], "
+        "%s::bigint[], %s::text[], %s::bigint[]) WITH ORDINALITY "
+        "AS a(session_id, expected, messages, tokens, title, bytes, n) "
+        "CROSS JOIN LATERAL strand_append(a.session_id, a.expected, %s::timestamptz, "
+        "(%s::jsonb) -> (a.n::int - 1), a.messages, a.tokens, a.title, a.bytes, %s::bigint) "
+        "AS r ORDER BY a.n"
+    )
+    every = [p for prepared in prepared_all for p in prepared]
+    try:
+        scope = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        connection.ensure_connection()
+        with scope, connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+            cur.execute(sql, [*columns, now, "[" + ",".join(batches) + "]", quota])
+            rows = cur.fetchall()
+    except DatabaseError as exc:
+        error = _translate(exc, appends[0][1], every)
+        if isinstance(error, _GeneratedIdCollision):  # rare: the caller may send them again
+            raise InvalidEvent("could not draw a free entry id") from None
+        raise error from None
+    return [
+        AppendResult(
+            first_seq=int(last_seq) - len(prepared) + 1,
+            last_seq=int(last_seq),
+            leaf_entry_id=leaf,
+            entry_ids=tuple(p.entry["id"] for p in prepared if p.entry is not None),
+        )
+        for (last_seq, leaf), prepared in zip(rows, prepared_all, strict=True)
+    ]
 
 
 class _GeneratedIdCollision(Exception):

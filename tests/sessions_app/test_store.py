@@ -346,3 +346,35 @@ def test_a_refused_event_alone_writes_nothing_and_says_why(session):
     with pytest.raises(ConcurrencyError):
         store.append_events(session.id, 0, [user_msg("d")])
     assert snapshot(session) == before
+
+
+@pytest.mark.django_db
+def test_append_many_writes_each_session_as_append_would(alice, session):
+    other = services.session_create(owner=alice, title="u")
+    results = store.append_events_many(
+        [
+            (session.id, 0, [user_msg("one"), user_msg("two")]),
+            (other.id, 0, [user_msg("elsewhere")]),
+            (session.id, 2, [user_msg("three")]),  # the same session again, after its batch
+        ]
+    )
+    assert [(r.first_seq, r.last_seq) for r in results] == [(1, 2), (1, 1), (3, 3)]
+    texts = [e.data["entry"]["message"]["content"] for e in store.events_after(session.id, 0)]
+    assert texts == ["one", "two", "three"]
+    entries = store.entries_of(session.id)
+    assert [e.parent_id for e in entries] == [None, entries[0].id, entries[1].id]
+    session.refresh_from_db()
+    other.refresh_from_db()
+    assert (session.last_seq, session.leaf_entry_id) == (3, results[2].entry_ids[0])
+    assert (other.last_seq, other.message_count) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_append_many_refuses_every_batch_when_one_is_stale(alice, session):
+    other = services.session_create(owner=alice, title="u")
+    before = snapshot(session), snapshot(other)
+    with pytest.raises(ConcurrencyError):
+        store.append_events_many(
+            [(session.id, 0, [user_msg("one")]), (other.id, 5, [user_msg("stale")])]
+        )
+    assert (snapshot(session), snapshot(other)) == before
