@@ -65,7 +65,8 @@ from sessions_app.web.page_query import PageQuery
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
 CHUNK_CHARS = 256 * 1024  # or fewer Pi file lines, once they come to this much text
 TURNS_PER_CHUNK = 200  # trace turns rendered at a time
-# Read a page of the log at a time: entries (whole Pi entries, a few KB each) and events.
+# Read a page of the log at a time: entries (whole Pi entries, a few KB each), and the
+# events the trace folds a range of this many seqs at a time.
 ENTRIES_PER_READ = 500
 EVENTS_PER_READ = 1000
 # The trace is folded this many turns (or events, then the rest of a turn) at a time.
@@ -225,7 +226,7 @@ def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _Sp
     """Every turn and run of entries outside turns, oldest window first: its blocks
     rendered and its spans' details as JSON written to `file`, the totals kept."""
     trace = _SpilledTrace(turn_html=_Spilled(file), span_data=_Spilled(file))
-    events = selectors.log_stream(session.id, page=EVENTS_PER_READ)
+    events = selectors.trace_log_stream(session.id, last_seq=session.last_seq, page=EVENTS_PER_READ)
     windows = project_trace_windows(
         events, window_turns=TRACE_WINDOW_TURNS, window_events=TRACE_WINDOW_EVENTS
     )
