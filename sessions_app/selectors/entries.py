@@ -18,6 +18,7 @@ ENTRY_PAGE = 5000  # entries read at a time when all of them are streamed
 # An entry's data as the text Postgres writes, for `store.decode_json` (orjson) to read:
 # the JSON field's own decoding (json) costs several times more.
 _DATA_TEXT = RawSQL("sessions_app_entry.data::text", ())
+_ENTRY_COLUMNS = "entry_id, parent_id, type, timestamp, data::text, seq"
 
 
 def entry_exists(session: Session, entry_id: str) -> bool:
@@ -65,16 +66,15 @@ def entry_page(
     start, span = after_seq, 2 * (limit + 1)
     while True:
         stop = start + span
-        found = Entry.objects.filter(session_id=session.id, seq__gt=start)
+        # Plain SQL: the ORM's rows cost twice the time of reading and decoding them.
+        sql = f"SELECT {_ENTRY_COLUMNS} FROM sessions_app_entry WHERE session_id = %s AND seq > %s"
+        params: list[Any] = [str(session.id), start]
         if stop < session.last_seq:
-            found = found.filter(seq__lte=stop)
-        rows += (
-            found.order_by("seq")
-            .annotate(text=_DATA_TEXT)
-            .values_list("entry_id", "parent_id", "type", "timestamp", "text", "seq")[
-                : limit + 1 - len(rows)
-            ]
-        )
+            sql += " AND seq <= %s"
+            params.append(stop)
+        with connection.cursor() as cur:
+            cur.execute(f"{sql} ORDER BY seq LIMIT %s", [*params, limit + 1 - len(rows)])
+            rows += cur.fetchall()
         if len(rows) > limit or stop >= session.last_seq:
             break
         start, span = stop, span * 2
