@@ -25,7 +25,7 @@ from projections.tree import display_text, time_key
 # A row: [id, depth, indent, connector (0 none, 1 "├─", 2 "└─"), type, role, text, label,
 # newest leaf id, children, descendants, on the active path (0/1), the leaf asked for (0/1):
 # none when that leaf is unknown and the path shown ends at the last entry instead)].
-TreeRowData = list[Any]
+TreeRowData = tuple[Any, ...]  # a tuple of numbers and texts: the collector leaves it alone
 
 
 class TreeRows:
@@ -82,14 +82,20 @@ class TreeLayout:
 
 class _Layout:
     """`project_tree`'s steps (`_link`, `_break_cycles`, `resolve_leaf`, `_path`,
-    `_counts`, `_depths`, `_layout`) on entry numbers rather than ids and records."""
+    `_counts`, `_depths`, `_layout`) on entry numbers rather than ids and records.
+
+    Children are linked lists in arrays of numbers (an entry's first child, a child's next
+    sibling), not a list an entry: a list an entry would outlive the collector's young
+    generations and bring on full collections of the whole process."""
 
     def __init__(self, tree: TreeRows, leaf_id: str | None) -> None:
         self.tree = tree
         self.leaf_id = leaf_id
         count = len(tree.ids)
         self.parents = [-1] * count
-        self.children: list[list[int]] = [[] for _ in range(count)]
+        self.first_kid = [-1] * count
+        self.next_sibling = [-1] * count
+        self.kid_counts = [0] * count
         self.roots: list[int] = []
         self.number = {entry_id: index for index, entry_id in enumerate(tree.ids)}
         self._link()
@@ -108,20 +114,45 @@ class _Layout:
         leaf = self.tree.ids[self.leaf] if self.leaf >= 0 else None
         return TreeLayout(leaf, len(self.tree.ids), len(self.roots), self._rows())
 
+    def kids(self, index: int) -> list[int]:
+        """The children of entry `index`, oldest first."""
+        kids: list[int] = []
+        kid = self.first_kid[index]
+        while kid >= 0:
+            kids.append(kid)
+            kid = self.next_sibling[kid]
+        return kids
+
+    def _set_kids(self, index: int, kids: list[int]) -> None:
+        self.first_kid[index] = kids[0] if kids else -1
+        for kid, after in zip(kids, kids[1:], strict=False):
+            self.next_sibling[kid] = after
+        if kids:
+            self.next_sibling[kids[-1]] = -1
+        self.kid_counts[index] = len(kids)
+
     def _link(self) -> None:
         number = self.number
+        last_kid = [-1] * len(self.parents)
         for index, parent_id in enumerate(self.tree.parent_ids):
             parent = number.get(parent_id, -1) if parent_id is not None else -1
             if parent < 0 or parent == index:
                 self.roots.append(index)
+                continue
+            if last_kid[parent] < 0:
+                self.first_kid[parent] = index
             else:
-                self.children[parent].append(index)
-                self.parents[index] = parent
+                self.next_sibling[last_kid[parent]] = index
+            last_kid[parent] = index
+            self.kid_counts[parent] += 1
+            self.parents[index] = parent
         self._break_cycles()
         timestamps = self.tree.timestamps
-        for kids in self.children:
-            if len(kids) > 1:
+        for index, kid_count in enumerate(self.kid_counts):
+            if kid_count > 1:
+                kids = self.kids(index)
                 kids.sort(key=lambda kid: time_key(timestamps[kid], kid))
+                self._set_kids(index, kids)
 
     def _break_cycles(self) -> None:
         """Entries on a parent cycle are reachable from no root; make the earliest a root."""
@@ -133,7 +164,7 @@ class _Layout:
                 continue
             parent = self.parents[index]
             if parent >= 0:
-                self.children[parent].remove(index)
+                self._set_kids(parent, [kid for kid in self.kids(parent) if kid != index])
             self.parents[index] = -1
             self.roots.append(index)
             for below in self._preorder([index]):
@@ -142,11 +173,10 @@ class _Layout:
     def _preorder(self, roots: list[int]) -> list[int]:
         order: list[int] = []
         stack = roots[::-1]
-        children = self.children
         while stack:
             index = stack.pop()
             order.append(index)
-            stack.extend(reversed(children[index]))
+            stack.extend(reversed(self.kids(index)))
         return order
 
     def _leaf(self, leaf_id: str | None) -> int:
@@ -157,13 +187,13 @@ class _Layout:
 
     def _counts(self) -> None:
         preorder = self._preorder(self.roots)
-        children, depths = self.children, self.depths
+        depths = self.depths
         for index in preorder:
-            for kid in children[index]:
+            for kid in self.kids(index):
                 depths[kid] = depths[index] + 1
         descendants, newest = self.descendants, self.newest_leaf
         for index in reversed(preorder):  # every child before its parent
-            kids = children[index]
+            kids = self.kids(index)
             if kids:
                 descendants[index] = sum(descendants[kid] for kid in kids) + len(kids)
                 newest[index] = newest[kids[-1]]
@@ -177,7 +207,7 @@ class _Layout:
     def _rows(self) -> Iterator[TreeRowData]:
         """Pi's flattenTree, as `tree._layout` runs it, without the gutters (the export
         draws the indentation with CSS)."""
-        tree, children, active = self.tree, self.children, self.active
+        tree, active = self.tree, self.active
         ids, labels = tree.ids, tree.labels
         multiple_roots = len(self.roots) > 1
         # Stack items: (entry, indent, just branched, shows a connector, is last, virtual)
@@ -193,8 +223,7 @@ class _Layout:
             index, indent, just_branched, show_connector, is_last, virtual = stack.pop()
             connector = 0 if not show_connector or virtual else 2 if is_last else 1
             entry_id = ids[index]
-            kids = children[index]
-            yield [
+            yield (
                 entry_id,
                 self.depths[index],
                 max(0, indent - 1) if multiple_roots else indent,
@@ -204,12 +233,12 @@ class _Layout:
                 tree.texts[index],
                 labels.get(entry_id),
                 ids[self.newest_leaf[index]],
-                len(kids),
+                self.kid_counts[index],
                 self.descendants[index],
                 int(active[index]),
                 int(entry_id == self.leaf_id),
-            ]
-            kids = self._active_first(kids)
+            )
+            kids = self._active_first(self.kids(index))
             branches = len(kids) > 1
             # A fork indents its children; the first generation after a fork is indented
             # once more to group it; a single-child chain stays flat.

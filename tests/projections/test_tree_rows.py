@@ -51,7 +51,7 @@ def tree_rows(entries: list[EntryRecord], leaf: str | None) -> tuple[Any, list[l
 def assert_same_tree(entries: list[EntryRecord], leaf: str | None) -> None:
     view = project_tree(entries, leaf)
     layout, rows = tree_rows(entries, leaf)
-    assert rows == rows_of_project_tree(entries, leaf)
+    assert [list(row) for row in rows] == rows_of_project_tree(entries, leaf)
     assert (layout.leaf_id, layout.nodes, layout.roots) == (
         view.leaf_id,
         len(view.nodes),
