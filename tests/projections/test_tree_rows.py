@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from projections.records import EntryRecord
 from projections.tree import project_tree
-from projections.tree_rows import TreeRows
+from projections.tree_rows import TreeLayout, TreeRowData, TreeRows
 from tests.projections.test_tree import branched_session, entry
 
 
@@ -40,7 +40,7 @@ def rows_of_project_tree(entries: list[EntryRecord], leaf: str | None) -> list[l
     ]
 
 
-def tree_rows(entries: list[EntryRecord], leaf: str | None) -> tuple[Any, list[list[Any]]]:
+def tree_rows(entries: list[EntryRecord], leaf: str | None) -> tuple[TreeLayout, list[TreeRowData]]:
     tree = TreeRows()
     for one in sorted(entries, key=lambda e: e.seq):
         tree.add(one)
