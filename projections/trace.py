@@ -417,12 +417,12 @@ def _apply_in_step(fold: _Fold, turn: _Turn, step: _Step | None, event: EventRec
 
 # Entries that happen at a moment of a turn without taking time: compactions, and Pi 1.6's
 # context edits, usage outside the conversation and system messages.
-_MARK_EVENTS: Final = frozenset({"entry/compaction", "entry/context_edit", "entry/usage"})
+MARK_EVENTS: Final = frozenset({"entry/compaction", "entry/context_edit", "entry/usage"})
 
 
 def is_mark(event: EventRecord) -> bool:
     """Whether the event adds an entry the trace draws as a moment of its own."""
-    return event.type in _MARK_EVENTS or _is_system_message(event)
+    return event.type in MARK_EVENTS or _is_system_message(event)
 
 
 def _is_system_message(event: EventRecord) -> bool:

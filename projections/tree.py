@@ -179,14 +179,18 @@ def project_tree(entries: Sequence[EntryRecord], leaf_id: str | None) -> TreeVie
 
 
 def _time_key(entry: EntryRecord) -> tuple[int, float, int]:
-    """Oldest first by the entry's timestamp, then file order; unreadable times go last."""
+    return time_key(entry.timestamp, entry.seq)
+
+
+def time_key(timestamp: str, order: int) -> tuple[int, float, int]:
+    """Oldest first by the timestamp, then file order; unreadable times go last."""
     try:
-        moment = datetime.fromisoformat(entry.timestamp)
+        moment = datetime.fromisoformat(timestamp)
     except (TypeError, ValueError):
-        return (1, math.inf, entry.seq)
+        return (1, math.inf, order)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return (0, moment.timestamp(), entry.seq)
+    return (0, moment.timestamp(), order)
 
 
 def _link(

@@ -39,6 +39,7 @@ from sessions_app.selectors.events import (
     events_of_turns,
     latest_event,
     log_stream,
+    trace_log_stream,
 )
 from sessions_app.selectors.otel import otlp_export_chunks
 from sessions_app.selectors.pages import (
@@ -124,6 +125,7 @@ __all__ = [
     "events_of_turns",
     "latest_event",
     "log_stream",
+    "trace_log_stream",
     "message_text",
     "next_context",
     "open_turn_approvals",

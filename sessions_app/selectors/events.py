@@ -11,6 +11,7 @@ from django.db import connection
 
 from projections.otel_ingest import observed_time
 from projections.records import EventRecord
+from projections.trace import MARK_EVENTS
 from sessions_app import events as vocab
 from sessions_app import redaction, store
 
@@ -66,6 +67,38 @@ def log_stream(
         if len(found) < page:
             return
         after_seq = found[-1].seq
+
+
+# The events `projections.trace_windows` folds: those of turns, and the entries outside
+# turns that `trace.is_mark` draws (its types, and Pi 1.6's system messages).
+_TRACE_EVENTS = (
+    "(turn IS NOT NULL OR type = ANY(%s) OR (type = 'entry/message' "
+    "AND data->'entry'->'message'->>'role' = 'system'))"
+)
+
+
+def trace_log_stream(
+    session_id: SessionId, *, last_seq: int, page: int = LOG_PAGE
+) -> Iterator[EventRecord]:
+    """The events a whole trace folds, oldest first: every event of a turn and the marks
+    outside turns, the rest of the log left in the database. An imported Pi file's log is
+    its entries, none in a turn, so its trace reads only its few compactions. Read a range
+    of `page` seqs at a time up to `last_seq` (bounded on both sides, as `events_after`
+    reads), then what was appended since."""
+    after = -1
+    while True:
+        sql = f"SELECT {_COLUMNS} FROM sessions_app_event WHERE session_id = %s AND seq > %s"
+        params: list[Any] = [str(session_id), after]
+        upto = after + page
+        if upto < last_seq:
+            sql += " AND seq <= %s"
+            params.append(upto)
+        with connection.cursor() as cur:
+            cur.execute(f"{sql} AND {_TRACE_EVENTS} ORDER BY seq", [*params, list(MARK_EVENTS)])
+            yield from records(cur.fetchall())
+        if upto >= last_seq:
+            return
+        after = upto
 
 
 def records(rows: Iterable[tuple[Any, ...]]) -> list[EventRecord]:

@@ -32,7 +32,7 @@ from projections.pi_system import (
     with_system_messages,
 )
 from projections.records import EntryRecord
-from sessions_app import services, store, workspaces
+from sessions_app import selectors, services, store, workspaces
 from sessions_app.errors import DomainError
 from sessions_app.events import EventError, event_type_for_entry
 from sessions_app.models import Event, Session
@@ -373,9 +373,10 @@ FORK_GENERATIONS = 8
 def _exported_entries(
     session: Session, entries: Iterable[EntryRecord] | None = None, generation: int = 0
 ) -> Iterable[dict[str, Any] | Any]:
-    """The session's entries as its export writes them. A fork's copied entries carry the
-    system messages and checkpoints of its parent's export on the path it copied."""
-    found = store.entries_of(session.id) if entries is None else entries
+    """The session's entries as its export writes them (read a page at a time when not
+    given). A fork's copied entries carry the system messages and checkpoints of its
+    parent's export on the path it copied."""
+    found = selectors.entry_stream(session) if entries is None else entries
     changes, moves = _prompt_history(session)
     inherited = _fork_chain(session, generation)
     if not changes and not inherited:

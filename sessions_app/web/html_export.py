@@ -26,6 +26,7 @@ an entry (`projections.tree.tree_entry`; about 1.5 KB an entry while it is laid 
 from __future__ import annotations
 
 import io
+import itertools
 import tempfile
 from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from projections.records import EntryRecord
 from projections.trace import TraceSpan
 from projections.trace_blocks import trace_blocks
 from projections.trace_windows import project_trace_windows
-from projections.tree import TreeRow, project_tree, tree_entry
+from projections.tree_rows import TreeLayout, TreeRows
 from sessions_app import selectors
 from sessions_app.models import Session
 from sessions_app.services import pi_io
@@ -65,7 +66,8 @@ from sessions_app.web.page_query import PageQuery
 ITEMS_PER_CHUNK = 1000  # tree rows, spans or Pi file lines written at a time
 CHUNK_CHARS = 256 * 1024  # or fewer Pi file lines, once they come to this much text
 TURNS_PER_CHUNK = 200  # trace turns rendered at a time
-# Read a page of the log at a time: entries (whole Pi entries, a few KB each) and events.
+# Read a page of the log at a time: entries (whole Pi entries, a few KB each), and the
+# events the trace folds a range of this many seqs at a time.
 ENTRIES_PER_READ = 500
 EVENTS_PER_READ = 1000
 # The trace is folded this many turns (or events, then the rest of a turn) at a time.
@@ -100,7 +102,7 @@ def export_html(session: Session) -> Generator[str, None, None]:
     base = {"session": session, "q": PageQuery(), "export": True, "can_write": False}
     with tempfile.TemporaryFile() as file:
         pi_lines = _Spilled(file)
-        tree = _spill_tree(session, leaf, _Spilled(file), pi_lines)
+        tree = _read_entries(session, pi_lines).layout(leaf)
         trace = _spill_trace(session, base, file)
         context = {
             **base,
@@ -108,7 +110,9 @@ def export_html(session: Session) -> Generator[str, None, None]:
             **selectors.context_window(session, leaf).as_template_context(),
             "is_owner": True,
             "state": None,
-            "tree": tree,
+            "tree": _TreeCounts(
+                tree.leaf_id, range(tree.nodes), range(tree.roots), rows=range(tree.nodes)
+            ),
             "tree_rows": (),  # the file's script draws them from the tree data
             "current_leaf": leaf,
             "view": "chat",
@@ -129,7 +133,7 @@ def export_html(session: Session) -> Generator[str, None, None]:
         yield parts[0]
         yield from trace.turn_html.newest_first()
         yield parts[1]
-        yield from tree.data.in_order()
+        yield from _tree_data(tree)
         yield parts[2]
         yield "["
         for index, chunk in enumerate(trace.span_data.newest_first()):
@@ -172,42 +176,28 @@ class _Spilled:
 
 
 @dataclass(frozen=True, slots=True)
-class _SpilledTree:
-    """What the page's tree partial reads of the tree (counts as ranges: `|length`),
-    and its rows as the tree data, written away."""
+class _TreeCounts:
+    """What the page's tree partial reads of the tree (counts as ranges: `|length`)."""
 
     leaf_id: str | None
     nodes: range
     roots: range
     rows: range
-    data: _Spilled
 
 
-def _spill_tree(
-    session: Session, leaf: str | None, data: _Spilled, pi_lines: _Spilled
-) -> _SpilledTree:
-    """The tree laid out and its rows written to `data`, from one read of the entries that
-    writes the Pi file's lines to `pi_lines` as it goes."""
-    cut: list[EntryRecord] = []
+def _read_entries(session: Session, pi_lines: _Spilled) -> TreeRows:
+    """One read of the entries: the Pi file's lines written to `pi_lines`, and what the
+    tree reads of each entry kept (`TreeRows`), a few numbers and short texts an entry."""
+    tree = TreeRows()
 
     def entries() -> Iterator[EntryRecord]:
         for entry in selectors.entry_stream(session, page=ENTRIES_PER_READ):
-            cut.append(tree_entry(entry))
+            tree.add(entry)
             yield entry
 
     for chunk in _pi_lines(session, entries()):
         pi_lines.write(chunk)
-    tree = project_tree(cut, leaf)
-    rows = _json_array(
-        (_tree_row(row, leaf) for row in tree.rows),
-        head=f'{{"drawnIndent":{TREE_DRAWN_INDENT},"rows":[',
-        tail="]}",
-    )
-    for chunk in rows:
-        data.write(chunk)
-    return _SpilledTree(
-        tree.leaf_id, range(len(tree.nodes)), range(len(tree.roots)), range(len(tree.rows)), data
-    )
+    return tree
 
 
 @dataclass
@@ -225,7 +215,7 @@ def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _Sp
     """Every turn and run of entries outside turns, oldest window first: its blocks
     rendered and its spans' details as JSON written to `file`, the totals kept."""
     trace = _SpilledTrace(turn_html=_Spilled(file), span_data=_Spilled(file))
-    events = selectors.log_stream(session.id, page=EVENTS_PER_READ)
+    events = selectors.trace_log_stream(session.id, last_seq=session.last_seq, page=EVENTS_PER_READ)
     windows = project_trace_windows(
         events, window_turns=TRACE_WINDOW_TURNS, window_events=TRACE_WINDOW_EVENTS
     )
@@ -250,26 +240,16 @@ def _spill_trace(session: Session, base: dict[str, Any], file: IO[bytes]) -> _Sp
 # short texts; key names would double it). export.js reads them by the same positions.
 
 
-def _tree_row(row: TreeRow, current_leaf: str | None) -> list[Any]:
-    """[id, depth, indent, connector (0 none, 1 "├─", 2 "└─"), type, role, text, label,
-    newest leaf id, children, descendants, on the active path, the current leaf]"""
-    node = row.node
-    connector = {"": 0, "├─": 1, "└─": 2}[row.connector]
-    return [
-        node.id,
-        node.depth,
-        row.display_indent,
-        connector,
-        node.type,
-        node.role,
-        node.text,
-        node.label,
-        node.newest_leaf_id,
-        len(node.children),
-        node.descendants,
-        int(node.on_active_path),
-        int(node.id == current_leaf),
-    ]
+def _tree_data(tree: TreeLayout) -> Iterator[str]:
+    """The tree's rows (`projections.tree_rows.TreeRowData`) as the tree data's JSON, made
+    and written a slice of rows at a time."""
+    yield f'{{"drawnIndent":{TREE_DRAWN_INDENT},"rows":['
+    first = True
+    while batch := list(itertools.islice(tree.rows, ITEMS_PER_CHUNK)):
+        text = _inert(orjson.dumps(batch).decode()[1:-1])  # the rows, without the brackets
+        yield text if first else "," + text
+        first = False
+    yield "]}"
 
 
 def _span(span: TraceSpan) -> list[Any]:
@@ -304,20 +284,6 @@ def _pair(key: str, value: Any) -> list[Any]:
 
 def _json_text(item: Any) -> str:
     return _inert(orjson.dumps(item).decode())
-
-
-def _json_array(items: Iterable[Any], *, head: str, tail: str) -> Iterator[str]:
-    yield head
-    batch: list[str] = []
-    first = True
-    for item in items:
-        text = _json_text(item)
-        batch.append(text if first else "," + text)
-        first = False
-        if len(batch) >= ITEMS_PER_CHUNK:
-            yield "".join(batch)
-            batch = []
-    yield "".join(batch) + tail
 
 
 def _marker(name: str) -> SafeString:
