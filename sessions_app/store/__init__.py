@@ -628,54 +628,59 @@ def events_of_session_turns(
 ) -> dict[tuple[str, int], list[EventRecord]]:
     """The events of each (session, turn) of `keys`, in seq order: one query for all of
     them, each turn read by the (session, turn) key (`event_session_turn`)."""
-    pairs = [(str(sid), turn) for sid, turn in keys]
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT e.session_id, e.seq, e.type, e.schema_version, e.time, e.data, e.entry_id, "
-            "e.turn, e.step, e.ignorable "
-            "FROM unnest(%s::uuid[], %s::int[]) AS r(session_id, turn) "
-            "JOIN sessions_app_event e ON e.session_id = r.session_id AND e.turn = r.turn "
-            "ORDER BY e.session_id, e.seq",
-            [[p[0] for p in pairs], [p[1] for p in pairs]],
-        )
-        rows = cur.fetchall()
     found: dict[tuple[str, int], list[EventRecord]] = {}
-    for session_id, *row in rows:
-        for record in _event_records([tuple(row)]):
-            found.setdefault((str(session_id), row[6]), []).append(record)
+    for session_id, turn, record in _events_by_keys("turn", "int", keys):
+        found.setdefault((session_id, turn), []).append(record)
     return found
 
 
 def events_at(keys: Iterable[tuple[uuid.UUID | str, int]]) -> dict[tuple[str, int], EventRecord]:
     """The events at each (session, seq) of `keys` that exists: one query, by the key."""
-    pairs = [(str(sid), seq) for sid, seq in keys]
+    return {
+        (session_id, seq): record
+        for session_id, seq, record in _events_by_keys("seq", "bigint", keys)
+    }
+
+
+def _events_by_keys(
+    column: str, kind: str, keys: Iterable[tuple[uuid.UUID | str, int]]
+) -> list[tuple[str, int, EventRecord]]:
+    """(session id, key, event) of the events whose (session, `column`) is among `keys`, in
+    (session, seq) order: one query, joined on the session so that it names its sessions."""
+    pairs = [(str(sid), key) for sid, key in keys]
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT e.session_id, e.seq, e.type, e.schema_version, e.time, e.data, e.entry_id, "
-            "e.turn, e.step, e.ignorable "
-            "FROM unnest(%s::uuid[], %s::bigint[]) AS r(session_id, seq) "
-            "JOIN sessions_app_event e ON e.session_id = r.session_id AND e.seq = r.seq",
+            "SELECT e.session_id, r.key, e.seq, e.type, e.schema_version, e.time, e.data, "
+            "e.entry_id, e.turn, e.step, e.ignorable "
+            f"FROM unnest(%s::uuid[], %s::{kind}[]) AS r(session_id, key) "
+            f"JOIN sessions_app_event e ON e.session_id = r.session_id AND e.{column} = r.key "
+            "ORDER BY e.session_id, e.seq",
             [[p[0] for p in pairs], [p[1] for p in pairs]],
         )
         rows = cur.fetchall()
-    found: dict[tuple[str, int], EventRecord] = {}
-    for session_id, *row in rows:
-        for record in _event_records([tuple(row)]):
-            found[(str(session_id), record.seq)] = record
+    found = []
+    for session_id, key, *row in rows:
+        record = _event_record(tuple(row))
+        if record is not None:
+            found.append((str(session_id), int(key), record))
     return found
 
 
 def _event_records(rows: Iterable[tuple]) -> list[EventRecord]:
-    records = []
-    for seq, type_, version, time, data, entry_id, turn, step, ignorable in rows:
-        loaded = vocab.load_event(type_, version, decode_json(data), ignorable=ignorable)
-        if loaded is None:
-            continue
-        loaded = redaction.event_data(type_, loaded)
-        # A fact recorded from another agent's spans happened at its span's time.
-        time = observed_time(loaded) or time
-        records.append(EventRecord(seq, type_, version, time, loaded, entry_id, turn, step))
-    return records
+    return [record for row in rows if (record := _event_record(row)) is not None]
+
+
+def _event_record(row: tuple) -> EventRecord | None:
+    """One row of the log as the reads give it: loaded at its schema version (None for a
+    type this server no longer reads), redacted, and at its span's time when observed."""
+    seq, type_, version, time, data, entry_id, turn, step, ignorable = row
+    loaded = vocab.load_event(type_, version, decode_json(data), ignorable=ignorable)
+    if loaded is None:
+        return None
+    loaded = redaction.event_data(type_, loaded)
+    # A fact recorded from another agent's spans happened at its span's time.
+    time = observed_time(loaded) or time
+    return EventRecord(seq, type_, version, time, loaded, entry_id, turn, step)
 
 
 def entries_of(session_id: uuid.UUID | str) -> list[EntryRecord]:
