@@ -43,12 +43,13 @@ SEED = int(os.environ.get("STRAND_CRASH_SEED", "7"))
 KILLS = int(os.environ.get("STRAND_CRASH_KILLS", "20"))
 PORT = 23_000 + os.getpid() % 1000
 
+WRITE = "write out.txt: hello from the crash test"
 MESSAGES = [
     "read notes.txt",
     "list files",
     "search for needle",
     "read notes.txt and read todo.md",
-    "write out.txt: hello from the crash test",
+    WRITE,
     "list files and search for needle and read todo.md",
     "tell me about this conversation",
 ]
@@ -153,9 +154,17 @@ def _check(
     return now
 
 
-def _drive(server: Server, session: Session, rng: random.Random) -> None:
-    """Start work, then let it run for a random moment (deciding approvals on the way)."""
-    if rng.random() < 0.15:
+def _drive(server: Server, session: Session, rng: random.Random, *, ask: bool = False) -> None:
+    """Start work, then let it run for a random moment (deciding approvals on the way).
+    With `ask`, the work is a write, and the moment starts once its approval is asked: on a
+    loaded machine a random moment alone may never reach one."""
+    if ask:
+        server.post(f"/sessions/{session.id}/messages", {"text": WRITE})
+        asked_by = time.monotonic() + 30
+        while not server.get(f"/sessions/{session.id}/approvals"):
+            assert time.monotonic() < asked_by, "the write asked for no approval"
+            time.sleep(0.05)
+    elif rng.random() < 0.15:
         server.post(f"/sessions/{session.id}/compact", {})
     else:
         server.post(f"/sessions/{session.id}/messages", {"text": rng.choice(MESSAGES)})
@@ -200,12 +209,12 @@ def test_sigkill_at_random_points_loses_and_doubles_nothing(
     snapshot: list[tuple[int, str, Any]] = []
     interrupted_before = 0
     try:
-        for _ in range(KILLS):
+        for kill in range(KILLS):
             server.start()
             server.get("/me")  # the first request starts recovery
             _wait_recovered(session)
             snapshot = _check(session, snapshot, server)
-            _drive(server, session, rng)
+            _drive(server, session, rng, ask=kill == 1)
             server.kill()
         server.start()
         server.get("/me")
