@@ -40,8 +40,10 @@ shape) and a small plain page elsewhere, and the connection closes after it.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -241,12 +243,77 @@ def refuse_early_in_daphne() -> None:
     def requestReceived(self: Any, command: bytes, path: bytes, version: bytes) -> None:  # noqa: N802
         if getattr(self, "_strand_refused", False):
             return  # answered already: the application never sees it
+        # Twisted would parse a form body into `request.args` (a multipart one in memory,
+        # several copies of it), which daphne never reads: Django parses the body itself.
+        self._parsePOSTFormSubmission = False
         request_received(self, command, path, version)
 
     WebRequest.gotLength = gotLength  # type: ignore[method-assign]
     WebRequest.handleContentChunk = handleContentChunk  # type: ignore[method-assign]
     WebRequest.requestReceived = requestReceived  # type: ignore[method-assign]
     WebRequest._strand_body_limits = True  # type: ignore[attr-defined]
+    _read_bodies_as_asked()
+
+
+def _read_bodies_as_asked() -> None:
+    """daphne hands a request's body to the application by putting all of its pieces in
+    the application's queue at once, the whole body in memory; for a body Twisted kept in
+    a temporary file, the queue keeps where each piece lies instead, and reads it from the
+    file when the application asks for it (`_BodyFromFile`)."""
+    from daphne.server import Server
+
+    create_application = Server.create_application
+
+    def create_and_read_as_asked(self: Any, protocol: Any, scope: dict[str, Any]) -> Any:
+        queue = create_application(self, protocol, scope)
+        content = getattr(protocol, "content", None)
+        if queue is not None and scope.get("type") == "http" and _is_file(content):
+            queue.__class__ = _BodyFromFile
+            queue.file, queue.offset = content, 0
+        return queue
+
+    Server.create_application = create_and_read_as_asked  # type: ignore[method-assign]
+
+
+def _is_file(content: Any) -> bool:
+    try:
+        content.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    offset: int
+    size: int
+    more_body: bool
+
+
+class _BodyFromFile(asyncio.Queue[Any]):
+    """An application's queue whose body pieces are read from the request's file as they
+    are taken: the pieces daphne reads to put here are dropped at once. A file closed
+    meanwhile (the client went away) is taken as the client's disconnection."""
+
+    file: Any
+    offset: int
+
+    def _put(self, item: Any) -> None:
+        if isinstance(item, dict) and item.get("type") == "http.request":
+            size = len(item.get("body", b""))
+            item = _Piece(self.offset, size, bool(item.get("more_body", False)))
+            self.offset += size
+        super()._put(item)
+
+    def _get(self) -> Any:
+        item = super()._get()
+        if not isinstance(item, _Piece):
+            return item
+        try:
+            body = os.pread(self.file.fileno(), item.size, item.offset) if item.size else b""
+        except (OSError, ValueError):
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": body, "more_body": item.more_body}
 
 
 def _turn_away(request: Any) -> None:
