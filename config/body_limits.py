@@ -33,6 +33,10 @@ Two doors use the one rule (`limit_for`):
   all. `refuse_early_in_daphne` puts the same rule into daphne's request object, where the
   headers end and where each piece of the body arrives, so that daphne answers 413 as soon
   as the headers (or the piece that passes the limit) are in, and keeps nothing after.
+  A body it takes costs about one piece of it in memory: Twisted's parsing of forms into
+  `request.args` (several copies of a multipart body, read by no one) is turned off, and
+  daphne's queue for the application reads a body kept in a temporary file from that file
+  as the application asks for it, instead of holding all of its pieces at once.
 
 The answer is 413 with `{"error": "too_large", "detail": …}` under /api/ (the API's error
 shape) and a small plain page elsewhere, and the connection closes after it.
