@@ -29,6 +29,7 @@ statement):
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -321,7 +322,7 @@ def _batch_item(p: _Prepared) -> str:
         "leaf_move": moved,
         "move_to": p.data.get("to") if moved else None,
     }
-    return _dumps(head)[:-1] + ',"data":' + p.json_text + "}"
+    return _strict_dumps(head)[:-1] + ',"data":' + p.json_text + "}"
 
 
 def path_kind(entry: Mapping[str, Any]) -> str | None:
@@ -459,7 +460,40 @@ def _json_texts(prepared: _Prepared) -> tuple[str | None, str]:
 
 
 def _strict_dumps(value: Any) -> str:
+    """Compact JSON of `value`, refusing NaN and the infinities, as `json.dumps` with
+    `allow_nan=False` writes it. orjson writes it, a tenth of the time, when `value` holds
+    only what both write alike (`_plain`); anything else (a float that is not finite, which
+    orjson would write as null, an object, a key that is not a string, an integer past 64
+    bits, a lone surrogate) goes the standard library's way, which refuses it or writes it
+    as it always has."""
+    if _plain(value):
+        try:
+            return orjson.dumps(value).decode()
+        except orjson.JSONEncodeError:
+            pass
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` is made only of dicts, lists and tuples of strings, integers,
+    booleans, None and finite floats (exactly those types, no subclasses)."""
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        kind = type(current)
+        if kind is dict:
+            stack.extend(current.values())
+        elif kind is list or kind is tuple:
+            stack.extend(current)
+        elif kind is float:
+            if not math.isfinite(current):
+                return False
+        elif kind not in _SCALARS:
+            return False
+    return True
 
 
 def _check_depth(prepared: _Prepared) -> None:

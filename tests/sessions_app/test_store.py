@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import threading
+from uuid import uuid4
 
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
@@ -94,6 +96,25 @@ def test_append_rejects_stale_expected_seq(session):
                         "message": {"role": "user", "content": float("nan")},
                     }
                 },
+            ),
+            "not JSON",
+        ),
+        (
+            NewEvent(
+                "user/message",
+                {
+                    "entry": {
+                        "type": "message",
+                        "message": {"role": "user", "content": [{"a": [1.5, float("-inf")]}]},
+                    }
+                },
+            ),
+            "not JSON",
+        ),
+        (
+            NewEvent(
+                "user/message",
+                {"entry": {"type": "message", "message": {"role": "user", "content": uuid4()}}},
             ),
             "not JSON",
         ),
@@ -378,3 +399,20 @@ def test_append_many_refuses_every_batch_when_one_is_stale(alice, session):
             [(session.id, 0, [user_msg("one")]), (other.id, 5, [user_msg("stale")])]
         )
     assert (snapshot(session), snapshot(other)) == before
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": "é ☃ \u2028 \x1f \t\n", "b": [1, -2, 2**63 - 1, True, None, 0.1, 1e16, -0.0]},
+        {"deep": [[[{"x": ()}]]], "big": 2**70, "keys": {1: "int key", None: "none key"}},
+        ["\ud800 lone surrogate"],
+        {"s": type("Text", (str,), {})("a str subclass")},
+    ],
+)
+def test_strict_json_is_the_standard_librarys(value):
+    """The store's JSON (orjson where it writes the same) reads back as the standard
+    library's does, whichever writes it."""
+    ours = store._strict_dumps(value)
+    theirs = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert json.loads(ours) == json.loads(theirs)
