@@ -38,15 +38,20 @@ from django.db import connection
 
 from projections.records import EntryRecord
 from projections.tree import TreeRow, TreeView, project_tree, tree_entry
-from sessions_app import redaction, store
-from sessions_app.models import Entry, Session
+from sessions_app import store
+from sessions_app.models import Session
 from sessions_app.selectors.ceilings import ReadTooLarge
 
 TREE_ROWS = 600  # rows of the tree drawn around the shown leaf; all on the page's request
 # Entries laid out whole for each window of the tree (its cost); a larger tree is drawn near
 # the branch shown.
 TREE_FULL_LIMIT = 1000
-TREE_READ_CHUNK = 16  # entries read at a time for a window, each cut to what the tree shows
+# A window's entries are read by the stored size of their data, each cut to what the tree
+# shows as it arrives: at most TREE_READ_BYTES at a time (or one larger entry), so that a
+# window of small entries is one read and a window of large ones holds one chunk at a time.
+# Up to TREE_READ_CHUNK entries are read at once without asking their sizes first.
+TREE_READ_BYTES = 512 * 1024
+TREE_READ_CHUNK = 16
 
 # A cursor, before it is encoded: its kind and fields (`selectors.cursors.KINDS`).
 TreeAt = tuple[str, dict[str, Any]]
@@ -185,31 +190,55 @@ def _fits_whole(session: Session, as_of: int, entries: int) -> bool:
 
 def _whole(session: Session, as_of: int, leaf: str | None) -> TreeView:
     """The whole layout, from every entry as of `as_of`, each cut to what the tree reads as
-    it arrives (`tree_entry`): fetched TREE_READ_CHUNK rows at a time from a server-side
-    cursor, so the entries' size costs time, never memory."""
-    rows = (
-        Entry.objects.filter(session_id=session.id, seq__gte=0, seq__lte=as_of)
-        .order_by("seq")
-        .values_list("entry_id", "parent_id", "type", "timestamp", "data", "seq")
-        .iterator(chunk_size=TREE_READ_CHUNK)
-    )
-    entries = [
-        tree_entry(EntryRecord(i, p, t, ts, redaction.entry_data(store.decode_json(d)), s))
-        for i, p, t, ts, d, s in rows
-    ]
-    return project_tree(entries, leaf)
+    it arrives (`tree_entry`): the entries' sizes first, in seq order, then their data
+    TREE_READ_BYTES at a time, so the entries' size costs time, never memory."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT entry_id, pg_column_size(data) FROM sessions_app_entry "
+            "WHERE session_id = %s AND seq >= 0 AND seq <= %s ORDER BY seq",
+            [str(session.id), as_of],
+        )
+        sized = [(row[0], int(row[1])) for row in cur.fetchall()]
+    return project_tree(_records_of(session, sized), leaf)
 
 
 def _tree_records(session: Session, ids: list[str]) -> list[EntryRecord]:
     """The entries `ids` in seq order, cut to what the tree reads (`tree_entry`), read
-    TREE_READ_CHUNK at a time: however large the entries, a window holds a few hundred
-    bytes for each."""
+    TREE_READ_BYTES of stored data at a time: however large the entries, a window holds a
+    few hundred bytes for each."""
+    if len(ids) <= TREE_READ_CHUNK:  # one read in seq order, the sizes not asked
+        return [tree_entry(e) for e in store.entries_by_id(session.id, ids)] if ids else []
+    return _records_of(session, _stored_sizes(session, ids))
+
+
+def _records_of(session: Session, sized: list[tuple[str, int]]) -> list[EntryRecord]:
+    """The entries of `sized` ((id, stored bytes) pairs) in seq order, cut to what the tree
+    reads: one read for each run of them that holds at most TREE_READ_BYTES (or one entry)."""
     records: list[EntryRecord] = []
-    for start in range(0, len(ids), TREE_READ_CHUNK):
-        chunk = store.entries_by_id(session.id, ids[start : start + TREE_READ_CHUNK])
-        records += [tree_entry(e) for e in chunk]
+    chunk: list[str] = []
+    held = 0
+    for entry_id, size in sized:
+        if chunk and held + size > TREE_READ_BYTES:
+            records += [tree_entry(e) for e in store.entries_by_id(session.id, chunk)]
+            chunk, held = [], 0
+        chunk.append(entry_id)
+        held += size
+    if chunk:
+        records += [tree_entry(e) for e in store.entries_by_id(session.id, chunk)]
     records.sort(key=lambda e: e.seq)
     return records
+
+
+def _stored_sizes(session: Session, ids: list[str]) -> list[tuple[str, int]]:
+    """(id, stored bytes of its data) of those of `ids` the session holds: key lookups of
+    the (session, entry id) index, and the sizes as stored, without reading the values."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT entry_id, pg_column_size(data) FROM sessions_app_entry "
+            "WHERE session_id = %s AND entry_id = ANY(%s)",
+            [str(session.id), list(ids)],
+        )
+        return [(row[0], int(row[1])) for row in cur.fetchall()]
 
 
 def _path_ids(session: Session, end: str, min_depth: int) -> list[tuple[str, str | None]]:

@@ -160,6 +160,37 @@ def test_a_whole_layout_is_read_in_its_own_order(alice: User, monkeypatch: Any) 
     assert {"previous", "run"} <= reading.kinds
 
 
+@pytest.mark.parametrize("shape", ["comb", "deep chain"])
+@pytest.mark.parametrize("entries", [50, 300])  # laid out whole, drawn near the branch
+def test_a_window_reads_its_entries_a_byte_budget_at_a_time(
+    alice: User, small_windows: None, monkeypatch: Any, shape: str, entries: int
+) -> None:
+    """Small entries come in one read however many a window holds (a partial window's path
+    and its branches: one each); with a budget smaller than any entry, each is read alone;
+    either way the tree drawn is the same."""
+    session = imported(alice, pi_file(SHAPES[shape][:entries]), shape)
+    reads: list[int] = []
+    by_id = tree_selectors.store.entries_by_id
+
+    def counted(session_id: Any, wanted: list[str]) -> Any:
+        reads.append(len(wanted))
+        return by_id(session_id, wanted)
+
+    monkeypatch.setattr(tree_selectors.store, "entries_by_id", counted)
+    url = reverse("session", args=[session.id]) + "?tree=1"
+    client = client_for(alice)
+    drawn = tree_of(client.get(url).text)
+    assert len(reads) <= 2 and max(reads) > tree_selectors.TREE_READ_CHUNK
+    reads.clear()
+    monkeypatch.setattr(tree_selectors, "TREE_READ_BYTES", 1)
+    assert _csrf_blanked(tree_of(client.get(url).text)) == _csrf_blanked(drawn)
+    assert reads and set(reads) == {1}
+
+
+def _csrf_blanked(part: str) -> str:
+    return re.sub(r'name="csrfmiddlewaretoken" value="[^"]*"', "", part)
+
+
 def test_a_run_of_a_long_line_opens_to_its_rows(alice: User, small_windows: None) -> None:
     session = imported(alice, pi_file(SHAPES["deep chain"]), "chain")
     client = client_for(alice)
