@@ -5,11 +5,13 @@
    an assistant message with its usage and cost. The manifests name no leaf (an empty
    context), so each request's hash is that of its header's payload with no messages: the
    rows are many, each rebuild is small. 100 sessions x 1,000 rows = 100,000 audit rows.
-2. One daphne process; a staff member's session cookie; each page or export fetched over
-   HTTP on loopback, timed to its last byte. An export is read as a stream and counted, and
-   the server's peak resident memory during it (VmHWM, reset before each export) is set
-   against its resident memory before: an export of 10,000 rows and one of 100,000 should
-   need about the same.
+   The usage projector then rolls up every event not rolled up yet, as a server's own
+   projector keeps doing: the usage page's table of every source reads those rollups.
+2. One daphne process (its own projector off); a staff member's session cookie; each page
+   or export fetched over HTTP on loopback, timed to its last byte. An export is read as a
+   stream and counted, and the server's peak resident memory during it (VmHWM, reset
+   before each export) is set against its resident memory before: an export of 10,000
+   rows and one of 100,000 should need about the same.
 3. `manage.py verify --requests` over every request.
 """
 
@@ -134,6 +136,16 @@ def _exchange(n: int, sha: str, header: dict[str, Any], header_seq: int) -> list
     ]
 
 
+def _roll_up() -> None:
+    """Every event into the usage rollups. A server keeps them level as events come (its
+    projector); without them, each usage page would read up to `TAIL_EVENTS` (20,000)
+    events from the log again and show the rollups of only the sessions those cover."""
+    from sessions_app.projectors.runner import project_pending
+    from sessions_app.projectors.usage import UsageProjector
+
+    project_pending([UsageProjector()])
+
+
 class _Browser:
     def __init__(self, base: str, user: Any) -> None:
         import requests
@@ -225,6 +237,7 @@ def run(report: Report) -> None:
 
     started = time.perf_counter()
     staff, owners = build()
+    _roll_up()
     store.refresh_statistics()
     rows = RequestAudit.objects.count()
     mine = RequestAudit.objects.filter(owner__in=owners).count()
