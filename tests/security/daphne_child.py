@@ -33,11 +33,20 @@ def serving(port: int, **env: str) -> Iterator[subprocess.Popen[bytes]]:
 
 def resident_kb(pid: int) -> int:
     """The process's resident memory (VmRSS) in KB."""
+    return _status_kb(pid, "VmRSS")
+
+
+def peak_kb(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM) in KB."""
+    return _status_kb(pid, "VmHWM")
+
+
+def _status_kb(pid: int, field: str) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    raise RuntimeError(f"no {field} for process {pid}")
 
 
 def zeros(total: int) -> Iterator[bytes]:

@@ -19,7 +19,7 @@ import pytest
 
 from sessions_app.models import Session
 from sessions_app.services import tokens
-from tests.security.daphne_child import Upload, port_for, serving
+from tests.security.daphne_child import Upload, peak_kb, port_for, serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,15 +30,6 @@ BOUNDARY = "strand-upload-memory"
 # A fraction of one 40 MB file: what the import itself holds (a batch of rows, about 8 MB
 # on each side of the COPY) and allocator slack, never the file.
 PEAK_GROWTH_KB = 24 * 1024
-
-
-def peak_kb(pid: int) -> int:
-    """The process's peak resident size so far (VmHWM) in KB."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmHWM for process {pid}")
 
 
 def pi_lines(entries: int) -> Iterator[bytes]:
