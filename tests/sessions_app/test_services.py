@@ -78,7 +78,7 @@ def test_delete_removes_one_session_and_audits_it(alice, bob):
     assert Event.objects.filter(session=keep).count() == 2
     child.refresh_from_db()
     assert child.parent_id is None
-    audit = SessionDeletion.objects.get()
+    audit = SessionDeletion.objects.get(session_id=gone.id)
     assert (audit.title, audit.deleted_by, audit.event_count) == ("gone", "bob", 2)
     # The guard is back in force for everything else.
     with pytest.raises(Exception, match="append-only"), connection.cursor() as cur:
