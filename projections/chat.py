@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from projections.context import path_to_root
@@ -453,6 +453,14 @@ class _EventFacts:
                 if number is not None:
                     facts.turn_ends[number] = event
                 open_turn = None
+            elif event.type == "turn/observed" and data.get("reason") == "error":
+                # An observed turn's agent span, come after the turn closed, failed: the
+                # turn ended in that error, as it would show had the span come in time.
+                number = _turn_number(event)
+                end = facts.turn_ends.get(number) if number is not None else None
+                if number is not None and end is not None and end.data.get("reason") == "completed":
+                    failed = {**end.data, "reason": "error", "error": data.get("error")}
+                    facts.turn_ends[number] = replace(end, data=failed)
         return facts
 
 

@@ -36,9 +36,10 @@ ended it in an earlier request, or a span of another trace closed it) — is rec
 late fact of that turn: its facts carry that turn's number (a chat is a new step of it, a
 tool call joins the step whose reply asked for it), with no new `turn/start` or `turn/end`,
 so the trace draws it inside its own turn at its own times and the turn open meanwhile, if
-any, stays open. The state remembers the last `CLOSED_KEPT` turns closed; a span of an
-older one starts a turn of its own. (A late invoke_agent, whose turn was closed without it,
-is still recorded as a turn of its own.) Every fact keeps
+any, stays open. A late invoke_agent, whose turn was closed without it, is that turn's
+`turn/observed`: the trace takes the turn's status, end and attributes from it. The state
+remembers the last `CLOSED_KEPT` turns closed; a span of an older one starts a turn of its
+own. Every fact keeps
 its span's own time (`observed.time`), which is the time the views show. Every fact also
 keeps the span's ids and, on the span's main fact, the attributes not mapped here
 (`observed.attributes`), so nothing the producer sent is lost.
@@ -418,9 +419,11 @@ class _Planner:
             return
         mark = (len(self.facts), self.state.copy())
         try:
-            if operation == OP_INVOKE_AGENT:
+            if operation == OP_INVOKE_AGENT and self._closed_elsewhere(span):
+                self._late_agent(span)
+            elif operation == OP_INVOKE_AGENT:
                 self._agent(span)
-            elif span.trace_id in self.state.closed and span.trace_id != self.state.open_trace:
+            elif self._closed_elsewhere(span):
                 self._late(span, operation)
             elif operation == OP_EXECUTE_TOOL:
                 self._tool(span)
@@ -540,6 +543,23 @@ class _Planner:
         closed["next_step"], closed["call_steps"] = state.next_step, state.call_steps
         state.turn, state.open_trace, state.open_root, state.step, state.next_step = held
         state.call_steps = held_calls
+
+    def _closed_elsewhere(self, span: ObservedSpan) -> bool:
+        """Whether the span's trace is a turn closed already (not the one open now)."""
+        return span.trace_id in self.state.closed and span.trace_id != self.state.open_trace
+
+    def _late_agent(self, span: ObservedSpan) -> None:
+        """An invoke_agent span whose turn was closed before it came (a span of another
+        trace closed it): what it says of the turn — its status, its end, its ids and its
+        unmapped attributes — is recorded as that turn's `turn/observed`, and the turn is
+        drawn with it. The turn open meanwhile, if any, is left as it is."""
+        turn = self.state.closed[span.trace_id]["turn"]
+        data: dict[str, Any] = {"turn": turn, "reason": "error" if span.failed else "completed"}
+        if span.failed:
+            data["error"] = _error_text(span) or "the agent's span ended with an error"
+        last_time = self.state.last_time
+        self._emit("turn/observed", data, span, span.end_ns, turn=turn, main=True)
+        self.state.last_time = last_time
 
     def _open_step(self, span: ObservedSpan) -> int:
         state = self.state

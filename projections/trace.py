@@ -204,10 +204,24 @@ class _Turn:
     marks: list[EventRecord] = field(default_factory=list)
     claims: list[EventRecord] = field(default_factory=list)
     events: list[EventRecord] = field(default_factory=list)
+    # In an observed session, the agent span that came after the turn was closed.
+    observed: EventRecord | None = None
 
     @property
     def reason(self) -> str | None:
-        return None if self.end is None else str(self.end.data.get("reason"))
+        if self.end is None:
+            return None
+        reason = str(self.end.data.get("reason"))
+        if reason == "completed" and self.observed is not None:
+            return str(self.observed.data.get("reason"))
+        return reason
+
+    @property
+    def error(self) -> str | None:
+        for event in (self.end, self.observed):
+            if event is not None and event.data.get("error"):
+                return str(event.data["error"])
+        return None
 
 
 @dataclass
@@ -339,6 +353,9 @@ def _apply(fold: _Fold, event: EventRecord) -> None:
     if event.type == "turn/end":
         turn.end = event
         fold.open_turn = None
+        return
+    if event.type == "turn/observed":
+        turn.observed = event
         return
     if event.type == "step/start":
         number = _int_or_none(event.data.get("step", event.step)) or 0
@@ -510,19 +527,23 @@ def _turn_span(turn: _Turn, fold: _Fold) -> TraceSpan:
     end = turn.end
     if status == "interrupted":
         end = _last_alive(turn.events, turn.start)
+    elif end is not None and turn.observed is not None and turn.observed.time > end.time:
+        end = turn.observed  # the agent span ended after the last span it holds
     usage = _sum_usage(children)
     prompt = next((item.message for item in turn.inputs), None)
     if prompt is None and turn.steps:
         first_step = turn.steps[min(turn.steps)]
         prompt = first_step.inputs[0].message if first_step.inputs else None
     outputs: list[tuple[str, Any]] = [("reason", turn.reason)]
-    if turn.end is not None and turn.end.data.get("error"):
-        outputs.append(("error", turn.end.data.get("error")))
+    if turn.end is not None and turn.error:
+        outputs.append(("error", turn.error))
     if status == "interrupted" and turn.end is not None:
         outputs.append(("closed_by_recovery_at", turn.end.time))
     outputs += [("steps", len(turn.steps)), ("usage", usage)]
     if turn.end is not None:
         outputs += observed_pairs(turn.end.data)
+    if turn.observed is not None:
+        outputs += observed_pairs(turn.observed.data)
     return TraceSpan(
         kind="turn",
         key=f"turn-{turn.number}",
@@ -535,7 +556,7 @@ def _turn_span(turn: _Turn, fold: _Fold) -> TraceSpan:
         turn=turn.number,
         step=None,
         usage=usage,
-        error=str(turn.end.data.get("error")) if status == "error" and turn.end else None,
+        error=turn.error if status == "error" and turn.end else None,
         inputs=(
             ("turn", turn.number),
             ("trigger", turn.start.data.get("trigger") if turn.started else None),

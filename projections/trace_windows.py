@@ -98,7 +98,9 @@ def project_trace_windows(
             continue
         window.append(event)
         turns.add(event.turn)
-        if event.type != "job/ended":  # a job may end after its turn (and after others)
+        # A job may end after its turn (and after others), and an observed turn's late
+        # agent span come after it: neither opens the turn again.
+        if event.type not in ("job/ended", "turn/observed"):
             between = event.type == "turn/end"
     if window or outside:
         yield _fold(window, outside, carried)

@@ -286,6 +286,18 @@ class TurnEnd(EventData):
     error: str | None = None
 
 
+class TurnObserved(EventData):
+    """In an observed session: the agent span of a turn that arrived after the turn was
+    closed (a span of another trace closed it first). What that span says of the turn —
+    its status, and under `observed` its end, ids and unmapped attributes — is the turn's,
+    as if it had come in time; the turn is not closed again."""
+
+    type = "turn/observed"
+    turn: int = Field(ge=0)
+    reason: Literal["completed", "error"]
+    error: str | None = None
+
+
 class StepStart(EventData):
     type = "step/start"
     turn: int = Field(ge=0)
@@ -549,6 +561,7 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         LeafMoved,
         TurnStart,
         TurnEnd,
+        TurnObserved,
         StepStart,
         StepEnd,
         RequestHeader,

@@ -99,3 +99,69 @@ def test_a_late_span_leaves_the_turn_open_meanwhile_open(client: Client) -> None
     trace = pages.trace_window(session, session.leaf_entry_id, everywhere=True).trace
     assert trace is not None and [s.turn for s in trace.spans] == [0, 1]
     assert not trace.running
+
+
+def test_a_late_invoke_agent_is_its_closed_turns_status_end_and_attributes(
+    client: Client,
+) -> None:
+    """Run a's spans come before its invoke_agent, and run b's first span closes a's turn
+    (rootless): a's invoke_agent, failed, comes last. It opens no turn: it is turn 0's."""
+    a_root, a_chat, a_tool, a_answer = agent_run("conv-root", trace="a" * 32)
+    a_root["status"] = {"code": 2, "message": "the agent gave up"}
+    a_root["endTimeUnixNano"] = str(int(a_root["endTimeUnixNano"]) + 400 * MS)
+    a_root["attributes"].append({"key": "custom.late", "value": {"stringValue": "kept"}})
+    b_run = agent_run("conv-root", trace="b" * 32, question="More?", answer="Yes.")
+    for one in b_run:
+        one["spanId"] = one["spanId"].replace("1", "5").replace("2", "6").replace("3", "7")
+        one["startTimeUnixNano"] = str(int(one["startTimeUnixNano"]) + 200 * MS)
+        one["endTimeUnixNano"] = str(int(one["endTimeUnixNano"]) + 200 * MS)
+        if "parentSpanId" in one:
+            one["parentSpanId"] = "5" * 16
+    send(client, a_chat, a_tool, a_answer)  # turn 0 opens; its root is still running
+    send(client, *b_run)  # turn 1: its first span closes turn 0 without a root
+    send(client, a_root)  # a's root, late
+    events = log_of("conv-root")
+    marks = [(e.type, e.turn) for e in events if e.type.startswith("turn/")]
+    assert marks == [
+        ("turn/start", 0),
+        ("turn/end", 0),
+        ("turn/start", 1),
+        ("turn/end", 1),
+        ("turn/observed", 0),
+    ]
+    observed = events[-1]
+    assert observed.data["reason"] == "error" and observed.data["error"] == "the agent gave up"
+    assert observed.data["observed"]["span_id"] == "1" * 16
+    assert observed.data["observed"]["attributes"]["custom.late"] == "kept"
+
+    session = ObservedConversation.objects.get(key="conversation:conv-root").session
+    trace = pages.trace_window(session, session.leaf_entry_id, everywhere=True).trace
+    assert trace is not None and [s.turn for s in trace.spans] == [0, 1]
+    first, second = trace.spans
+    assert (first.status, first.error) == ("error", "the agent gave up")
+    assert second.status == "ok"
+    # Turn 0 ends when its agent span ended (500 ms in), after the spans it holds.
+    ended = datetime.fromtimestamp((T0 + 500 * MS) / 1e9, UTC)
+    assert first.end == ended
+    outputs = dict(first.outputs)
+    assert outputs["otel_span"] == f"{'a' * 32}/{'1' * 16}"
+    assert '"custom.late": "kept"' in outputs["attributes"]
+    # The chat says how turn 0 ended, as it would had the span come in time.
+    chat = pages.chat_window(session, session.leaf_entry_id).chat
+    notes = [item for item in chat.items if item.kind == "note"]
+    assert [(n.turn, n.notice.text) for n in notes] == [(0, "Error: the agent gave up")]
+
+    # Exported again, turn 0's invoke_agent is the failed span, ending when a's did.
+    answer = client.get(f"/api/sessions/{session.id}/export.otlp.json")
+    assert answer.status_code == 200
+    document = json.loads(b"".join(answer.streaming_content))
+    spans = [s for r in document["resourceSpans"] for c in r["scopeSpans"] for s in c["spans"]]
+    agents = sorted(
+        (s for s in spans if s["name"].startswith("invoke_agent")),
+        key=lambda s: int(s["startTimeUnixNano"]),
+    )
+    assert [s["status"].get("code") for s in agents] == [2, 1]
+    assert agents[0]["endTimeUnixNano"] == str(T0 + 500 * MS)
+
+    send(client, a_root)  # the same span again: recorded once
+    assert len(log_of("conv-root")) == len(events)

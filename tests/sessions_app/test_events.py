@@ -38,6 +38,7 @@ SAMPLES = {
     "leaf/moved": {"from": None, "to": "a", "reason": "navigate"},
     "turn/start": {"turn": 0},
     "turn/end": {"turn": 0, "reason": "interrupted"},
+    "turn/observed": {"turn": 0, "reason": "error", "error": "the agent failed"},
     "step/start": {"turn": 0, "step": 0},
     "step/end": {"turn": 0, "step": 0},
     "request/header": {"reason": "initial", "provider": "offline", "model": "m"},
