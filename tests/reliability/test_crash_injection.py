@@ -1,6 +1,6 @@
 """Crash injection: a server process running turns is killed with SIGKILL at random points.
 
-A seeded driver (STRAND_CRASH_SEED, default 7; STRAND_CRASH_KILLS, default 20, about 4 s a
+A seeded driver (STRAND_CRASH_SEED, default 7; STRAND_CRASH_KILLS, default 14, about 3 s a
 kill: set it higher for a longer hunt) starts daphne on the test database, sends the offline
 model messages that read, list, search and write files (writes wait for an approval, which the driver sometimes gives), sometimes asks for a
 compaction, and kills the server at a random moment. After each restart — whose first
@@ -40,7 +40,7 @@ from tests.runtime.conftest import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("STRAND_CRASH_SEED", "7"))
-KILLS = int(os.environ.get("STRAND_CRASH_KILLS", "20"))
+KILLS = int(os.environ.get("STRAND_CRASH_KILLS", "14"))
 PORT = 23_000 + os.getpid() % 1000
 
 WRITE = "write out.txt: hello from the crash test"
