@@ -12,9 +12,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from projections.chat import NoteItem
 from sessions_app.models import Event, ObservedConversation
 from sessions_app.selectors import pages
 from sessions_app.services import tokens
+from tests.api.conftest import content_of
 from tests.ingest.spans import MS, T0, agent_run, body
 
 pytestmark = pytest.mark.django_db
@@ -148,13 +150,13 @@ def test_a_late_invoke_agent_is_its_closed_turns_status_end_and_attributes(
     assert '"custom.late": "kept"' in outputs["attributes"]
     # The chat says how turn 0 ended, as it would had the span come in time.
     chat = pages.chat_window(session, session.leaf_entry_id).chat
-    notes = [item for item in chat.items if item.kind == "note"]
+    notes = [item for item in chat.items if isinstance(item, NoteItem)]
     assert [(n.turn, n.notice.text) for n in notes] == [(0, "Error: the agent gave up")]
 
     # Exported again, turn 0's invoke_agent is the failed span, ending when a's did.
     answer = client.get(f"/api/sessions/{session.id}/export.otlp.json")
     assert answer.status_code == 200
-    document = json.loads(b"".join(answer.streaming_content))
+    document = json.loads(content_of(answer))
     spans = [s for r in document["resourceSpans"] for c in r["scopeSpans"] for s in c["spans"]]
     agents = sorted(
         (s for s in spans if s["name"].startswith("invoke_agent")),
