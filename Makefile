@@ -106,22 +106,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy .
 
-# Workers for the tests that need no browser: one more than there are cores, since they
-# too spend much of their time waiting on the servers they start; at most four.
-TEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ $$n -gt 4 ] && n=4; echo $$n)
-
 # Every test, and mypy, at once: much of each part is spent waiting (on servers, browsers,
 # turns), so the parts overlap rather than queue. The tests that need no browser run on
-# TEST_WORKERS workers, each with a test database of its own; beside them the browser
-# tests in one process (Playwright's loop must not share one with the asyncio tests), on
-# test databases of their own (`test_strand_browser`); and mypy. What the browser tests
+# every core (at most four workers, each with a test database of its own); beside them the
+# browser tests in one process (Playwright's loop must not share one with the asyncio tests),
+# on test databases of their own (`test_strand_browser`); and mypy. What the browser tests
 # and mypy print is shown whole when they end; the target fails if any of the three failed.
 test: test-deps lint
 	@out=$$(mktemp -d); \
 	DATABASE_URL=postgres://mypy@127.0.0.1/unused $(BIN)/mypy . >$$out/mypy 2>&1 & mypy=$$!; \
 	$(BIN)/pytest -m browser -q >$$out/browser 2>&1 & browser=$$!; \
 	trap 'kill $$mypy $$browser 2>/dev/null' INT TERM; \
-	$(BIN)/pytest -m "not browser" -q -n $(TEST_WORKERS); rest=$$?; \
+	$(BIN)/pytest -m "not browser" -q -n auto --maxprocesses 4; rest=$$?; \
 	wait $$browser; seen=$$?; [ $$seen -eq 5 ] && seen=0; \
 	echo "--- browser tests (pytest -m browser)"; cat $$out/browser; \
 	wait $$mypy; typed=$$?; echo "--- mypy"; cat $$out/mypy; rm -rf $$out; \
