@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from projections.context import path_to_root
 from projections.faults import FaultView, fault_view
+from projections.otel_ingest import with_late_agent
 from projections.records import EntryRecord, EventRecord
 
 # Error codes that the runtime and crash recovery give to tool results that did not run
@@ -453,14 +454,12 @@ class _EventFacts:
                 if number is not None:
                     facts.turn_ends[number] = event
                 open_turn = None
-            elif event.type == "turn/observed" and data.get("reason") == "error":
-                # An observed turn's agent span, come after the turn closed, failed: the
-                # turn ended in that error, as it would show had the span come in time.
+            elif event.type == "turn/observed":
                 number = _turn_number(event)
                 end = facts.turn_ends.get(number) if number is not None else None
-                if number is not None and end is not None and end.data.get("reason") == "completed":
-                    failed = {**end.data, "reason": "error", "error": data.get("error")}
-                    facts.turn_ends[number] = replace(end, data=failed)
+                if number is not None and end is not None:
+                    amended = with_late_agent(end.data, data)
+                    facts.turn_ends[number] = replace(end, data=amended)
         return facts
 
 

@@ -898,6 +898,17 @@ def observed_time(data: Mapping[str, Any]) -> datetime | None:
         return None
 
 
+def with_late_agent(
+    end: Mapping[str, Any], observed: Mapping[str, Any] | None
+) -> Mapping[str, Any]:
+    """A turn's `turn/end` data as its `turn/observed` (the turn's agent span, come after
+    the turn closed) amends it: a failed agent span fails a turn closed as completed, with
+    its error, as it would had the span come in time."""
+    if observed is None or observed.get("reason") != "error" or end.get("reason") != "completed":
+        return end
+    return {**end, "reason": "error", "error": observed.get("error")}
+
+
 def observed_pairs(data: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """What a trace shows of the span a fact was recorded from: its ids, and the attributes
     Strand did not map (as indented JSON, under `attributes`)."""

@@ -40,7 +40,7 @@ from projections.chat import (
     tool_calls_of,
 )
 from projections.faults import fault_view
-from projections.otel_ingest import observed_pairs
+from projections.otel_ingest import observed_pairs, with_late_agent
 from projections.payload import arguments_json
 from projections.records import EventRecord
 from projections.subagent_trace import graft_children
@@ -208,20 +208,20 @@ class _Turn:
     observed: EventRecord | None = None
 
     @property
-    def reason(self) -> str | None:
+    def ended(self) -> Mapping[str, Any] | None:
+        """Its `turn/end` data, as a late agent span amends it (None while it runs)."""
         if self.end is None:
             return None
-        reason = str(self.end.data.get("reason"))
-        if reason == "completed" and self.observed is not None:
-            return str(self.observed.data.get("reason"))
-        return reason
+        return with_late_agent(self.end.data, self.observed.data if self.observed else None)
+
+    @property
+    def reason(self) -> str | None:
+        return None if self.ended is None else str(self.ended.get("reason"))
 
     @property
     def error(self) -> str | None:
-        for event in (self.end, self.observed):
-            if event is not None and event.data.get("error"):
-                return str(event.data["error"])
-        return None
+        error = self.ended.get("error") if self.ended is not None else None
+        return str(error) if error else None
 
 
 @dataclass

@@ -169,8 +169,11 @@ def test_running_jobs_are_capped_per_session_and_per_user(
     assert results(converse(as_alice, first, "run in background echo yes"))[0][1] is None
     wait_for(lambda: len(of_type(first, "job/ended")) == 2)
     [notice] = [e for e in of_type(first, "inbox/queued") if e.data.get("job_id") == "bash-2"]
-    claimed = lambda: [e.data["inbox_id"] for e in of_type(first, "inbox/claimed")]  # noqa: E731
-    wait_for(lambda: notice.data["inbox_id"] in claimed())
+    wait_for(
+        lambda: any(
+            e.data["inbox_id"] == notice.data["inbox_id"] for e in of_type(first, "inbox/claimed")
+        )
+    )
     wait_idle(first)
 
 
