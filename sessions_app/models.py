@@ -246,10 +246,11 @@ class ApiToken(models.Model):
 
 
 class RateCounter(models.Model):
-    """Fixed-window rate limit counters, one row per (user, scope, window start).
+    """Fixed-window rate limit counters, one row per (user, scope, window start); a user's
+    window opens at their first hit in the scope.
 
     Kept in Postgres so that every server process counts against the same limit; rows of
-    past windows are deleted as new windows open (`sessions_app.services.ratelimit`)."""
+    ended windows are deleted as new windows open (`sessions_app.services.ratelimit`)."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     scope = models.CharField(max_length=32)
@@ -362,8 +363,8 @@ class ShareLink(models.Model):
 
 class KeyRateCounter(models.Model):
     """Fixed-window rate limit counters for callers without an account (a share link, a
-    client address), as `RateCounter` is for users (`services.ratelimit`). Only the current
-    window's rows are kept: the first hit of a new window deletes every older row."""
+    client address), as `RateCounter` is for users (`services.ratelimit`). Only live windows'
+    rows are kept: the first hit of a new window deletes every ended one of its scope."""
 
     key = models.CharField(max_length=100)
     scope = models.CharField(max_length=32)

@@ -1,7 +1,13 @@
 """Per-user rate limits: a fixed-window counter in Postgres.
 
-Each (user, scope, window) is one row of `RateCounter`, incremented by a single
-`INSERT … ON CONFLICT DO UPDATE … RETURNING count`: atomic whatever the number of server
+A user's window in a scope opens at their first hit and lasts the scope's window length;
+the next hit after it has ended opens the next one. Windows are the user's own, not cut
+from the clock: a limit of two a minute lets two hits through in the minute after the
+first, whenever that minute begins, and `Retry-After` is the time left in it.
+
+Each (user, scope, window) is one row of `RateCounter`. Under a transaction-scoped advisory
+lock on (user, scope), one `INSERT … ON CONFLICT DO UPDATE … RETURNING count` finds the
+live window or opens one and counts the hit: atomic whatever the number of server
 processes, with no Redis and no per-process cache (Django's default cache is local to a
 process, so it could not enforce a limit across processes). A hit over the limit is refused
 with `RateLimited`, which the API answers with 429 and `Retry-After`.
@@ -13,7 +19,7 @@ counts one hit before it does any work, so a refused request writes
 nothing but its own counter: the API answers 429 with `Retry-After` and the JSON error,
 the pages a 429 page or flash message (`sessions_app.web.limit_responses`).
 
-Rows of past windows are deleted when the user's next window opens, so the table holds
+Rows of ended windows are deleted when the user's next window opens, so the table holds
 about one row per active user and scope.
 """
 
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -85,8 +91,6 @@ DEFAULT_LIMITS: Mapping[str, tuple[int, int]] = {
     "share-view": (120, 60),
 }
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
 
 def limit_for(scope: str) -> tuple[int, int]:
     configured: Mapping[str, Any] = getattr(settings, "STRAND_RATE_LIMITS", {}) or {}
@@ -114,24 +118,31 @@ def _hit(model: Any, column: str, key: Any, scope: str, now: datetime | None) ->
     if limit <= 0:
         return 0
     now = now or timezone.now()
-    elapsed = (now - _EPOCH).total_seconds()
-    start = _EPOCH + timedelta(seconds=(elapsed // window) * window)
+    ended = now - timedelta(seconds=window)
     table = model._meta.db_table
     with transaction.atomic(), connection.cursor() as cur:
+        # Two first hits at once must not open two windows.
         cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"{table}:{key}:{scope}"]
+        )
+        cur.execute(
+            f"WITH live AS (SELECT window_start FROM {table} "
+            f"WHERE {column} = %s AND scope = %s AND window_start > %s "
+            "ORDER BY window_start DESC LIMIT 1) "
             f"INSERT INTO {table} ({column}, scope, window_start, count) "
-            "VALUES (%s, %s, %s, 1) "
+            "VALUES (%s, %s, COALESCE((SELECT window_start FROM live), %s), 1) "
             f"ON CONFLICT ({column}, scope, window_start) "
-            f"DO UPDATE SET count = EXCLUDED.count + {table}.count RETURNING count, (xmax = 0)",
-            [key, scope, start],
+            f"DO UPDATE SET count = {table}.count + 1 "
+            "RETURNING count, window_start, (xmax = 0)",
+            [key, scope, ended, key, scope, now],
         )
         row = cur.fetchone()
         assert row is not None
-        count, inserted = int(row[0]), bool(row[1])
-        if inserted:  # a new window: forget older ones
+        count, start, inserted = int(row[0]), row[1], bool(row[2])
+        if inserted:  # a new window: forget ended ones
             # A user's own (one row per user and scope stays); for keys, every key's: a
-            # client address may never come back, and the table keeps one window's rows.
-            older = {"scope": scope, "window_start__lt": start}
+            # client address may never come back, and the table keeps live windows' rows.
+            older = {"scope": scope, "window_start__lte": ended}
             if model is RateCounter:
                 older[column] = key
             model.objects.filter(**older).delete()

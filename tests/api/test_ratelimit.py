@@ -1,4 +1,5 @@
-"""The fixed-window counter: per user and scope, shared by every process (it is a row)."""
+"""The fixed-window counter: per user and scope, opened by the user's first hit, shared by
+every process (it is a row)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,48 @@ def test_the_window_allows_the_limit_then_refuses(alice: Any, two_per_minute: No
     assert refused.value.retry_after == 40
     # The next window starts afresh, and the old window's row goes.
     assert ratelimit.rate_hit(alice, "message", now=T0 + timedelta(seconds=61)) == 1
+    assert RateCounter.objects.filter(user=alice).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_window_opens_at_the_first_hit_not_on_the_clock(
+    alice: Any, two_per_minute: None
+) -> None:
+    """Two hits a second apart across a minute of the clock are in one window: the limit
+    holds for a client whose requests happen to straddle it."""
+    first = T0 + timedelta(seconds=59)
+    ratelimit.rate_hit(alice, "message", now=first)
+    assert ratelimit.rate_hit(alice, "message", now=first + timedelta(seconds=2)) == 2
+    with pytest.raises(ratelimit.RateLimited) as refused:
+        ratelimit.rate_hit(alice, "message", now=first + timedelta(seconds=3))
+    assert refused.value.retry_after == 57
+    # The window is over exactly a window length after its first hit.
+    assert ratelimit.rate_hit(alice, "message", now=first + timedelta(seconds=60)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_first_hits_at_once_open_one_window(alice: Any, settings: Any) -> None:
+    """Concurrent first hits at slightly different times share the window the first opens."""
+    settings.STRAND_RATE_LIMITS = {"message": (3, 60)}
+    outcomes: list[str] = []
+    gate = threading.Barrier(6)
+
+    def hit(offset: int) -> None:
+        try:
+            gate.wait()
+            ratelimit.rate_hit(alice, "message", now=T0 + timedelta(milliseconds=offset))
+            outcomes.append("allowed")
+        except ratelimit.RateLimited:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=hit, args=(offset,)) for offset in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["allowed"] * 3 + ["refused"] * 3
     assert RateCounter.objects.filter(user=alice).count() == 1
 
 
