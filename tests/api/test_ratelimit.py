@@ -34,9 +34,7 @@ def test_the_window_allows_the_limit_then_refuses(alice: Any, two_per_minute: No
 
 
 @pytest.mark.django_db
-def test_a_window_opens_at_the_first_hit_not_on_the_clock(
-    alice: Any, two_per_minute: None
-) -> None:
+def test_a_window_opens_at_the_first_hit_not_on_the_clock(alice: Any, two_per_minute: None) -> None:
     """Two hits a second apart across a minute of the clock are in one window: the limit
     holds for a client whose requests happen to straddle it."""
     first = T0 + timedelta(seconds=59)
