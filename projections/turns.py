@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from projections.otel_ingest import with_late_agent
 from projections.records import EventRecord
 
 TURN_MARKERS = ("turn/start", "turn/end")
@@ -81,15 +82,18 @@ def turn_state(
     *,
     lock_held: bool,
     approvals: tuple[PendingApproval, ...] = (),
+    observed: EventRecord | None = None,
 ) -> TurnState:
     """The state after `marker`, the session's latest `turn/start` or `turn/end` (None: no
     turn yet). `lock_held`: a live process holds the session's turn lock. `approvals` are
-    kept only for a running turn."""
+    kept only for a running turn. `observed`: in an observed session, the ended turn's
+    `turn/observed` (its agent span, come late), which may fail a turn closed as completed."""
     if marker is None:
         return TurnState()
     turn = turn_number(marker)
     if marker.type != "turn/start":
-        reason = marker.data.get("reason")
+        ended = with_late_agent(marker.data, observed.data if observed is not None else None)
+        reason = ended.get("reason")
         return TurnState(turn=turn, last_reason=reason if isinstance(reason, str) else None)
     if not lock_held:
         return TurnState(open=True, turn=turn, last_reason="interrupted")

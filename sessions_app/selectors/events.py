@@ -42,14 +42,26 @@ def event_at(session_id: SessionId, seq: int) -> EventRecord | None:
 
 
 def latest_event(
-    session_id: SessionId, types: Sequence[str], *, before_seq: int | None = None
+    session_id: SessionId,
+    types: Sequence[str],
+    *,
+    before_seq: int | None = None,
+    after_seq: int | None = None,
+    turn: int | None = None,
 ) -> EventRecord | None:
-    """The newest event of one of `types` (before `before_seq` when given)."""
+    """The newest event of one of `types` (before `before_seq`, after `after_seq`, of
+    `turn` when given)."""
     sql = f"SELECT {_COLUMNS} FROM sessions_app_event WHERE session_id = %s AND type = ANY(%s)"
     params: list[Any] = [str(session_id), list(types)]
     if before_seq is not None:
         sql += " AND seq < %s"
         params.append(before_seq)
+    if after_seq is not None:
+        sql += " AND seq > %s"
+        params.append(after_seq)
+    if turn is not None:
+        sql += " AND turn = %s"
+        params.append(turn)
     with connection.cursor() as cur:
         cur.execute(sql + " ORDER BY seq DESC LIMIT 1", params)
         found = records(cur.fetchall())

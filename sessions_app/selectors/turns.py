@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from django.db import connection
 
-from projections.records import EntryRecord
+from projections.records import EntryRecord, EventRecord
 from projections.trace import DEFAULT_PAGE_TURNS
 from projections.turns import (
     TURN_MARKERS,
@@ -71,12 +71,20 @@ def session_turn_state(session: Session | SessionId) -> TurnState:
     sid = session.id if isinstance(session, Session) else session
     marker = latest_event(sid, TURN_MARKERS)
     if marker is None or not is_open(marker):
-        return turn_state(marker, lock_held=False)
+        return turn_state(marker, lock_held=False, observed=late_agent(sid, marker))
     if not turn_lock_held(sid):
         return turn_state(marker, lock_held=False)
     turn = turn_number(marker)
     approvals = pending_approvals(events_of_turns(sid, [turn])) if turn is not None else ()
     return turn_state(marker, lock_held=True, approvals=approvals)
+
+
+def late_agent(session_id: SessionId, marker: EventRecord | None) -> EventRecord | None:
+    """The newest `turn/observed` of the turn `marker` ended (an observed session's agent
+    span that came after the turn closed), if any."""
+    if marker is None or marker.type != "turn/end" or (turn := turn_number(marker)) is None:
+        return None
+    return latest_event(session_id, ("turn/observed",), after_seq=marker.seq, turn=turn)
 
 
 def open_turn_approvals(session: Session | SessionId) -> tuple[PendingApproval, ...]:
@@ -91,30 +99,42 @@ def open_turn_approvals(session: Session | SessionId) -> tuple[PendingApproval, 
 
 def turn_states(session_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, TurnState]:
     """The turn state of each session (without approvals): one read of each session's
-    newest turn marker (an index scan back from its head), and of the lock of those open."""
+    newest turn marker (an index scan back from its head) and, for an ended turn, of its
+    late agent span's `turn/observed`, and of the lock of those open."""
     if not session_ids:
         return {}
     with connection.cursor() as cur:
         cur.execute(
             """
             SELECT s.id, m.seq, m.type, m.schema_version, m.time, m.data, m.entry_id, m.turn,
-                   m.step, m.ignorable
+                   m.step, m.ignorable,
+                   o.seq, o.type, o.schema_version, o.time, o.data, o.entry_id, o.turn,
+                   o.step, o.ignorable
             FROM unnest(%s::uuid[]) AS s(id)
             JOIN LATERAL (
                 SELECT * FROM sessions_app_event e
                 WHERE e.session_id = s.id AND e.type IN ('turn/start', 'turn/end')
                 ORDER BY e.seq DESC LIMIT 1
             ) m ON true
+            LEFT JOIN LATERAL (
+                SELECT * FROM sessions_app_event e
+                WHERE m.type = 'turn/end' AND e.session_id = s.id AND e.turn = m.turn
+                  AND e.type = 'turn/observed' AND e.seq > m.seq
+                ORDER BY e.seq DESC LIMIT 1
+            ) o ON true
             """,
             [[str(i) for i in session_ids]],
         )
         rows = cur.fetchall()
-    markers = {row[0]: found[0] for row in rows if (found := records([row[1:]]))}
+    markers = {row[0]: found[0] for row in rows if (found := records([row[1:10]]))}
+    late = {
+        row[0]: found[0] for row in rows if row[10] is not None and (found := records([row[10:]]))
+    }
     states: dict[uuid.UUID, TurnState] = {}
     for sid in session_ids:
         marker = markers.get(sid)
         held = marker is not None and is_open(marker) and turn_lock_held(sid)
-        states[sid] = turn_state(marker, lock_held=held)
+        states[sid] = turn_state(marker, lock_held=held, observed=late.get(sid))
     return states
 
 

@@ -14,7 +14,8 @@ from django.test import Client
 
 from projections.chat import NoteItem
 from sessions_app.models import Event, ObservedConversation
-from sessions_app.selectors import pages
+from sessions_app.selectors import pages, session_turn_state
+from sessions_app.selectors.sessions import session_rows
 from sessions_app.services import tokens
 from tests.api.conftest import content_of
 from tests.ingest.spans import MS, T0, agent_run, body
@@ -167,3 +168,31 @@ def test_a_late_invoke_agent_is_its_closed_turns_status_end_and_attributes(
 
     send(client, a_root)  # the same span again: recorded once
     assert len(log_of("conv-root")) == len(events)
+
+
+def test_a_late_outer_agent_span_fails_the_latest_turn_in_the_session_list(
+    client: Client,
+) -> None:
+    """An agent that delegates in its own trace: the inner invoke_agent ends first and
+    closes the turn; the outer one, failed, comes in the next body. The sessions list says
+    the turn ended in error, as the chat and the trace do."""
+    root, chat, tool, answer = agent_run("conv-nested")
+    inner = json.loads(json.dumps(root))
+    inner["spanId"], inner["parentSpanId"] = "9" * 16, root["spanId"]
+    for one in (chat, tool, answer):
+        one["parentSpanId"] = inner["spanId"]
+    root["status"] = {"code": 2, "message": "the outer agent gave up"}
+    send(client, inner, chat, tool, answer)  # turn 0 ends with its inner agent
+    send(client, root)
+    events = log_of("conv-nested")
+    assert [e.type for e in events if e.type.startswith("turn/")] == [
+        "turn/start",
+        "turn/end",
+        "turn/observed",
+    ]
+    session = ObservedConversation.objects.get(key="conversation:conv-nested").session
+    carol = User.objects.get(username="carol")
+    (row,) = session_rows(carol)
+    assert row.state == "error"
+    state = session_turn_state(session)
+    assert (state.turn, state.last_reason, state.label) == (0, "error", "error")

@@ -81,3 +81,15 @@ def test_arguments_are_shown_indented_when_they_are_json() -> None:
 
 def test_an_empty_state_is_idle() -> None:
     assert TurnState().status == "idle" and TurnState().label == "idle"
+
+
+def test_a_late_failed_agent_span_fails_a_turn_closed_as_completed() -> None:
+    completed = event(20, "turn/end", {"turn": 3, "reason": "completed"}, turn=3)
+    failed = event(30, "turn/observed", {"turn": 3, "reason": "error", "error": "x"}, turn=3)
+    state = turn_state(completed, lock_held=False, observed=failed)
+    assert (state.last_reason, state.label) == ("error", "error")
+    # A span that ended well changes nothing, nor does a late span amend another ending.
+    fine = event(30, "turn/observed", {"turn": 3, "reason": "completed"}, turn=3)
+    assert turn_state(completed, lock_held=False, observed=fine).last_reason == "completed"
+    aborted = event(20, "turn/end", {"turn": 3, "reason": "aborted"}, turn=3)
+    assert turn_state(aborted, lock_held=False, observed=failed).last_reason == "aborted"
