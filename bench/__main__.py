@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
         pi,
         projector,
         search,
+        suite,
         tools,
         tree_window,
         trees,
@@ -52,6 +53,7 @@ def main(argv: list[str]) -> int:
         "usage": usage.run,
         "workspace": workspace.run,
         "otlp_ingest": otlp_ingest.run,
+        "suite": suite.run,
     }
     chosen = argv or list(suites)
     report = Report()
@@ -207,6 +209,11 @@ def _write(report: Report, took: float) -> None:
         "  append; median of 64), the tables' growth per one-line edit over those 64; and",
         "  `workspace_at` at the leaf of a 10,000-entry path holding 10,000 snapshots (median",
         "  of 10 after one).",
+        "- **suite**: `bench/suite.py`. The commit checked out is cloned into a temporary",
+        "  folder and `make test` runs there, as CI runs it, with its own embedded Postgres:",
+        "  the wall time from the clone to the end (set-up, lint, the tests without a browser",
+        "  on two workers and the browser tests beside them, mypy), what each pytest run",
+        "  reported, and the ten slowest test phases of the two (`--durations=10`).",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 
