@@ -81,8 +81,11 @@ def session_turn_state(session: Session | SessionId) -> TurnState:
 
 def late_agent(session_id: SessionId, marker: EventRecord | None) -> EventRecord | None:
     """The newest `turn/observed` of the turn `marker` ended (an observed session's agent
-    span that came after the turn closed), if any."""
-    if marker is None or marker.type != "turn/end" or (turn := turn_number(marker)) is None:
+    span that came after the turn closed), if any. Only a turn recorded from spans (its
+    `turn/end` keeps them under `observed`) is looked up: the runtime's turns have none."""
+    if marker is None or marker.type != "turn/end" or "observed" not in marker.data:
+        return None
+    if (turn := turn_number(marker)) is None:
         return None
     return latest_event(session_id, ("turn/observed",), after_seq=marker.seq, turn=turn)
 
@@ -99,8 +102,9 @@ def open_turn_approvals(session: Session | SessionId) -> tuple[PendingApproval, 
 
 def turn_states(session_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, TurnState]:
     """The turn state of each session (without approvals): one read of each session's
-    newest turn marker (an index scan back from its head) and, for an ended turn, of its
-    late agent span's `turn/observed`, and of the lock of those open."""
+    newest turn marker (an index scan back from its head) and, for a turn recorded from
+    spans that has ended, of its late agent span's `turn/observed`, and of the lock of
+    those open."""
     if not session_ids:
         return {}
     with connection.cursor() as cur:
@@ -118,7 +122,8 @@ def turn_states(session_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, TurnState]:
             ) m ON true
             LEFT JOIN LATERAL (
                 SELECT * FROM sessions_app_event e
-                WHERE m.type = 'turn/end' AND e.session_id = s.id AND e.turn = m.turn
+                WHERE m.type = 'turn/end' AND m.data ? 'observed'
+                  AND e.session_id = s.id AND e.turn = m.turn
                   AND e.type = 'turn/observed' AND e.seq > m.seq
                 ORDER BY e.seq DESC LIMIT 1
             ) o ON true

@@ -121,7 +121,8 @@ def _hit(model: Any, column: str, key: Any, scope: str, now: datetime | None) ->
     ended = now - timedelta(seconds=window)
     table = model._meta.db_table
     with transaction.atomic(), connection.cursor() as cur:
-        # Two first hits at once must not open two windows.
+        # Two first hits at once must not open two windows. The lock is a statement of its
+        # own: the next one's snapshot, taken after it, sees a window a rival just opened.
         cur.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"{table}:{key}:{scope}"]
         )
