@@ -18,6 +18,7 @@ from config.body_limits import BodyLimits, refuse_early_in_daphne  # noqa: E402
 from config.health import HealthCheck  # noqa: E402
 from config.reason_phrases import install as install_reason_phrases  # noqa: E402
 from config.request_heads import answer_long_heads_in_daphne  # noqa: E402
+from config.request_slots import RequestSlots  # noqa: E402
 from config.startup import (  # noqa: E402
     RunOnceAtStart,
     recover_open_turns,
@@ -31,8 +32,10 @@ from sessions_app.live.routing import websocket_urlpatterns  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
-        # Bodies past their route's limit are refused before Django reads them.
-        "http": BodyLimits(HealthCheck(ASGIStaticFilesHandler(django_asgi))),
+        # Bodies past their route's limit are refused before Django reads them, and so
+        # many requests are in Django at once, each on a thread and a Postgres connection
+        # of its own; the rest wait their turn (config.request_slots).
+        "http": BodyLimits(HealthCheck(RequestSlots(ASGIStaticFilesHandler(django_asgi)))),
         # The origin checked as Django's CSRF check does: scheme, host and port.
         "websocket": SameOriginSockets(
             Admission(SocketAuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
