@@ -10,7 +10,8 @@ from bench.common import ROOT, Report, Row, machine, setup_django
 
 
 def main(argv: list[str]) -> int:
-    setup_django()
+    # The whole run starts on an empty benchmark database; one suite alone reuses it.
+    setup_django(fresh=not argv)
     from bench import (
         append,
         append_cpu,
@@ -75,7 +76,10 @@ def _write(report: Report, took: float) -> None:
         "# Benchmarks",
         "",
         "Written by `make bench` (`python -m bench`); every figure below comes from the one run",
-        f"that wrote this file, on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, in {took:.0f} s.",
+        f"that wrote this file, on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, in {took:.0f} s. The",
+        "run starts on an empty benchmark database (`strand_bench`), which each suite then fills",
+        "in turn: a figure over the whole database (the audit desk's) counts what the suites",
+        "before it wrote, as its row says.",
         "",
         f"Machine: {machine()}.",
         "",

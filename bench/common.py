@@ -19,8 +19,10 @@ RESULTS = ROOT / "bench" / "results"
 BENCH_DB = os.environ.get("STRAND_BENCH_DB", "strand_bench")  # on DATABASE_URL's server
 
 
-def setup_django() -> None:
-    """Point Django at a database of its own (same server as the app) and migrate it."""
+def setup_django(fresh: bool = False) -> None:
+    """Point Django at a database of its own (same server as the app) and migrate it;
+    `fresh` drops what earlier runs left in it first, so each figure is taken at the size
+    its row names rather than at whatever the runs before it have grown the tables to."""
     if "DATABASE_URL" in os.environ:
         base = os.environ["DATABASE_URL"]
     else:
@@ -28,7 +30,7 @@ def setup_django() -> None:
 
         base = embedded_database_url(ROOT / ".strand" / "pgdata")
     url = _with_database(base, BENCH_DB)
-    _create_database(_with_database(base, "postgres"), BENCH_DB)
+    _create_database(_with_database(base, "postgres"), BENCH_DB, fresh)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
@@ -45,10 +47,12 @@ def _with_database(url: str, name: str) -> str:
     return urlunparse(parts._replace(path=f"/{name}"))
 
 
-def _create_database(admin_url: str, name: str) -> None:
+def _create_database(admin_url: str, name: str, fresh: bool) -> None:
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
+        if fresh:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
 

@@ -8,7 +8,9 @@ search, usage and the export of every turn, as a server's projector does.
 One writer appends whole turns of 11 events (turn/start, the user's message, a step with a
 request answered by a tool call, the call and its result, a second request answered with
 text, step/end, turn/end: 4 spans a turn, the requests rebuilt from their header and kept
-window), round-robin over 20 sessions, paced to 1,000 events a second for DURATION_S.
+window), round-robin over 20 sessions, paced to 1,000 events a second for DURATION_S. The
+turns are made before the writer starts, each request's manifest with the hash of the payload
+its context gives, so `verify --requests` holds over these sessions as over the runtime's.
 `projector_lag("otlp")` is read every half second. The figures: the writer's achieved rate,
 the median and maximum of the events not exported yet and of the age of the oldest of them,
 and that the collector received each span once.
@@ -37,6 +39,8 @@ SESSIONS = 20
 DURATION_S = 30
 PORT = 26_790
 EVENTS_PER_TURN = 11
+# The turns the writer can reach at its pace, and a tenth more.
+TURNS_PLANNED = RATE * DURATION_S * 11 // (10 * EVENTS_PER_TURN)
 
 
 class _Collector(BaseHTTPRequestHandler):
@@ -95,7 +99,6 @@ def run(report: Report) -> None:
 
 
 def _lag(report: Report) -> None:
-    from projections.payload import build_payload, payload_sha256
     from sessions_app import services, store
     from sessions_app.projectors import projector_lag
     from sessions_app.store import NewEvent
@@ -103,6 +106,7 @@ def _lag(report: Report) -> None:
 
     owner = services.user_get_or_create_local(username="bench-otlp")
     sessions = []
+    chains: list[_Chain] = []
     for n in range(SESSIONS):
         session = services.session_create(owner=owner, title=f"bench otlp {n}", cwd="")
         session.refresh_from_db()
@@ -113,36 +117,31 @@ def _lag(report: Report) -> None:
             [NewEvent("request/header", {"reason": "initial", **HEADER}, turn=0, step=0)],
         )
         session.refresh_from_db()
-        sessions.append((session, header_seq))
-    seqs = {s.id: s.last_seq for s, _ in sessions}
-    turns = dict.fromkeys(seqs, 0)
+        sessions.append(session)
+        chains.append(_Chain(header_seq))
+    seqs = {s.id: s.last_seq for s in sessions}
     rng = random.Random(14)
     texts = [text_payload(rng, 300, 4000) for _ in range(200)]
-    sha = payload_sha256(
-        build_payload(
-            provider=HEADER["provider"],
-            model=HEADER["model"],
-            params=HEADER["params"],
-            system_prompt=HEADER["system_prompt"],
-            tools=HEADER["tools"],
-            messages=[],
-        )
-    )
+    # Every turn the writer may need, made before it starts: each request's hash is that of
+    # the payload built from its leaf's context, as the runtime's is, which costs the
+    # writer's pace too much to do between appends.
+    planned = []
+    for n in range(TURNS_PLANNED):
+        chain = chains[n % SESSIONS]
+        planned.append((sessions[n % SESSIONS], chain.turn(texts[n % 200])))
     done = threading.Event()
     written = [0]
+    turns = [0]
     started_at = datetime.now(UTC)
 
     def write() -> None:
         from django.db import connection
 
         started = time.perf_counter()
-        n = 0
-        while not done.is_set():
-            session, header_seq = sessions[n % SESSIONS]
-            turns[session.id] += 1
-            events = _turn(turns[session.id], texts[n % 200], header_seq, sha)
+        while not done.is_set() and turns[0] < len(planned):
+            session, events = planned[turns[0]]
             seqs[session.id] = store.append_events(session.id, seqs[session.id], events).last_seq
-            n += 1
+            turns[0] += 1
             written[0] += len(events)
             pause = started + written[0] / RATE - time.perf_counter()
             if pause > 0:
@@ -173,7 +172,7 @@ def _lag(report: Report) -> None:
     while projector_lag("otlp").events and time.monotonic() < deadline:
         time.sleep(0.2)
     caught_up = (datetime.now(UTC) - started_at).total_seconds() - took
-    total_turns = sum(turns.values())
+    total_turns = turns[0]
     with _Collector.lock:
         received = list(_Collector.spans)
     report.add(
@@ -201,72 +200,102 @@ def _lag(report: Report) -> None:
         print(f"  {row.name}: {row.value} ({row.note})", flush=True)
 
 
-def _turn(turn: int, text: str, header_seq: int, sha: str) -> list[Any]:
-    from sessions_app.store import NewEvent
+class _Chain:
+    """One session's conversation as the writer appends it: a line of tool turns, each
+    request's manifest naming its leaf and the hash of the payload built from that leaf's
+    context (`build_context_from_window` over the path, as `verify` rebuilds it)."""
 
-    user, asked, result, answer = (f"{kind}{turn:07x}" for kind in "uatb")
-    call = f"call_{turn}"
-    usage = {"input": 120, "output": 30, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 150}
+    def __init__(self, header_seq: int) -> None:
+        self.header_seq = header_seq
+        self.number = 0
+        self.path: list[Any] = []
+        self.model: Any = None
 
-    def sent(leaf: str) -> Any:
-        data = {"header_seq": header_seq, "leaf_entry_id": leaf, "payload_sha256": sha}
-        return NewEvent(
-            "request/sent", {**data, "token_estimate": 10, "attempt": 1}, turn=turn, step=0
-        )
+    def turn(self, text: str) -> list[Any]:
+        from sessions_app.store import NewEvent
 
-    def reply(entry_id: str, content: list[Any], stop: str) -> Any:
-        message = {
-            "role": "assistant",
-            "content": content,
-            "provider": "openai",
-            "model": "gpt-bench",
-            "usage": usage,
-            "stopReason": stop,
+        self.number += 1
+        turn = self.number
+        user, asked, result, answer = (f"{kind}{turn:07x}" for kind in "uatb")
+        call = f"call_{turn}"
+        usage = {"input": 120, "output": 30, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 150}
+
+        def event(kind: str, data: dict[str, Any]) -> Any:
+            return NewEvent(kind, data, turn=turn, step=0)
+
+        def reply(entry_id: str, content: list[Any], stop: str) -> Any:
+            message = {
+                "role": "assistant",
+                "content": content,
+                "provider": "openai",
+                "model": "gpt-bench",
+                "usage": usage,
+                "stopReason": stop,
+            }
+            entry = self._entry(entry_id, {"message": message}, model=True)
+            return event("assistant/message", {"entry": entry, "timing": {"duration_ms": 40}})
+
+        tool_call = {"type": "toolCall", "id": call, "name": "read", "arguments": {"path": "a.txt"}}
+        tool_result = {
+            "role": "toolResult",
+            "toolCallId": call,
+            "toolName": "read",
+            "content": [{"type": "text", "text": text[:200]}],
+            "isError": False,
         }
-        data = {"entry": {"type": "message", "id": entry_id, "message": message}}
-        return NewEvent(
-            "assistant/message", {**data, "timing": {"duration_ms": 40}}, turn=turn, step=0
-        )
+        return [
+            NewEvent("turn/start", {"turn": turn, "trigger": "message"}),
+            event(
+                "user/message",
+                {"entry": self._entry(user, {"message": {"role": "user", "content": text}})},
+            ),
+            NewEvent("step/start", {"turn": turn, "step": 0}),
+            event("request/sent", self._manifest()),
+            reply(asked, [tool_call], "toolUse"),
+            event("tool/call", {"call_id": call, "tool": "read", "arguments": '{"path":"a.txt"}'}),
+            event("tool/result", {"entry": self._entry(result, {"message": tool_result})}),
+            event("request/sent", self._manifest()),
+            reply(answer, [{"type": "text", "text": "done"}], "stop"),
+            NewEvent("step/end", {"turn": turn, "step": 0, "reason": "completed"}),
+            NewEvent("turn/end", {"turn": turn, "reason": "completed"}),
+        ]
 
-    tool_call = {"type": "toolCall", "id": call, "name": "read", "arguments": {"path": "a.txt"}}
-    tool_result = {
-        "role": "toolResult",
-        "toolCallId": call,
-        "toolName": "read",
-        "content": [{"type": "text", "text": text[:200]}],
-        "isError": False,
-    }
-    return [
-        NewEvent("turn/start", {"turn": turn, "trigger": "message"}),
-        NewEvent(
-            "user/message",
-            {
-                "entry": {
-                    "type": "message",
-                    "id": user,
-                    "message": {"role": "user", "content": text},
-                }
-            },
-            turn=turn,
-            step=0,
-        ),
-        NewEvent("step/start", {"turn": turn, "step": 0}),
-        sent(user),
-        reply(asked, [tool_call], "toolUse"),
-        NewEvent(
-            "tool/call",
-            {"call_id": call, "tool": "read", "arguments": '{"path":"a.txt"}'},
-            turn=turn,
-            step=0,
-        ),
-        NewEvent(
-            "tool/result",
-            {"entry": {"type": "message", "id": result, "message": tool_result}},
-            turn=turn,
-            step=0,
-        ),
-        sent(result),
-        reply(answer, [{"type": "text", "text": "done"}], "stop"),
-        NewEvent("step/end", {"turn": turn, "step": 0, "reason": "completed"}),
-        NewEvent("turn/end", {"turn": turn, "reason": "completed"}),
-    ]
+    def _entry(self, entry_id: str, rest: dict[str, Any], model: bool = False) -> dict[str, Any]:
+        from projections.records import EntryRecord
+
+        parent = self.path[-1].id if self.path else None
+        stamp = f"2026-06-01T00:00:{len(self.path) % 60:02d}.000Z"
+        entry = {"type": "message", "id": entry_id, "parentId": parent, "timestamp": stamp}
+        entry.update(rest)
+        record = EntryRecord(entry_id, parent, "message", stamp, entry, 0)
+        self.path.append(record)
+        if model:
+            self.model = record
+        return entry
+
+    def _manifest(self) -> dict[str, Any]:
+        from projections.context import (
+            PathSettings,
+            build_context_from_window,
+            to_provider_messages,
+        )
+        from projections.payload import build_payload, payload_sha256
+        from tests.sessions_app.audit_data import HEADER
+
+        settings = PathSettings(thinking=None, model=self.model, compaction=None)
+        context = build_context_from_window(self.path, settings)
+        payload = build_payload(
+            provider=HEADER["provider"],
+            model=HEADER["model"],
+            params=HEADER["params"],
+            system_prompt=HEADER["system_prompt"],
+            tools=HEADER["tools"],
+            messages=to_provider_messages(context.messages),
+        )
+        return {
+            "header_seq": self.header_seq,
+            "leaf_entry_id": self.path[-1].id,
+            "payload_sha256": payload_sha256(payload),
+            "token_estimate": 10,
+            "attempt": 1,
+        }
