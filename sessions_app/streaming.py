@@ -5,24 +5,61 @@ Under ASGI Django reads a synchronous iterator into memory whole before it sends
 an export handed to `StreamingHttpResponse` goes through `streamed`: under ASGI an
 asynchronous iterator that makes each chunk in the request's own thread (the one that
 holds its database connection), else the iterator itself.
+
+Each step from one thread to the other costs about a quarter of a millisecond, so small
+chunks (an export's lines) are gathered into pieces of at least `GATHER` characters first:
+a Pi file of 24,000 lines took 5.6 s through daphne a line at a time. A body whose chunks
+must each go out as soon as they are made (the import's progress lines) asks for none.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import AnyStr
+from typing import AnyStr, cast
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
+GATHER = 64 * 1024
+
 
 def streamed(
-    chunks: Iterable[AnyStr], request: HttpRequest
+    chunks: Iterable[AnyStr], request: HttpRequest, *, gather: int = GATHER
 ) -> Iterator[AnyStr] | AsyncIterator[AnyStr]:
+    pieces = _gathered(iter(chunks), gather) if gather > 0 else iter(chunks)
     if isinstance(request, ASGIRequest):
-        return _async_chunks(iter(chunks))
-    return iter(chunks)
+        return _async_chunks(pieces)
+    return pieces
+
+
+def _gathered(chunks: Iterator[AnyStr], at_least: int) -> Iterator[AnyStr]:
+    """`chunks` joined into pieces of at least `at_least` characters (or bytes), the last
+    one shorter; `chunks` closed when this is (a server-side cursor behind it is let go)."""
+    try:
+        pending: list[AnyStr] = []
+        size = 0
+        for chunk in chunks:
+            pending.append(chunk)
+            size += len(chunk)
+            if size >= at_least:
+                yield _joined(pending)
+                pending, size = [], 0
+        if pending:
+            yield _joined(pending)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def _joined(pending: list[AnyStr]) -> AnyStr:
+    if len(pending) == 1:
+        return pending[0]
+    first = pending[0]
+    if isinstance(first, bytes):
+        return cast(AnyStr, b"".join(cast(list[bytes], pending)))
+    return cast(AnyStr, "".join(cast(list[str], pending)))
 
 
 async def _async_chunks(chunks: Iterator[AnyStr]) -> AsyncIterator[AnyStr]:

@@ -160,7 +160,9 @@ def session_import(request: HttpRequest) -> HttpResponseBase:
     name = form.cleaned_data["title"] or _title_from_filename(upload.name)
     if request.headers.get("Accept") == IMPORT_PROGRESS:
         progress = _import_progress(request, upload, name)
-        response = StreamingHttpResponse(streamed(progress, request), content_type=IMPORT_PROGRESS)
+        response = StreamingHttpResponse(
+            streamed(progress, request, gather=0), content_type=IMPORT_PROGRESS
+        )
         response["Cache-Control"] = "no-store"
         response["X-Accel-Buffering"] = "no"  # a proxy passes each line on as it comes
         return response
