@@ -276,13 +276,35 @@ LARGE_RESULT_CHARS = (30_000, 60_000)
 
 def run_files(report: Report) -> None:
     """Import rate and peak memory, and the HTML and Pi exports' time and bytes beside Pi
-    0.73.1's `exportFromFile` of the same file."""
+    0.73.1's `exportFromFile` of the same file: read in this process, and downloaded from
+    one daphne process with a signed-in cookie (the time set against Pi's)."""
+    import requests
+    from django.conf import settings
+    from django.test import Client
+
+    from deploy import daphne
+    from deploy.daphne import free_port
     from sessions_app import services
-    from sessions_app.services import pi_io
-    from sessions_app.web import html_export
 
     owner = services.user_get_or_create_local(username="bench")
     RESULTS.mkdir(parents=True, exist_ok=True)
+    signed_in = Client()
+    signed_in.force_login(owner)
+    http = requests.Session()
+    http.cookies.set(
+        settings.SESSION_COOKIE_NAME, signed_in.cookies[settings.SESSION_COOKIE_NAME].value
+    )
+    server = daphne.start(port := free_port(), {"STRAND_RECOVER_AT_START": "0"})
+    try:
+        _files(report, owner, http, f"http://127.0.0.1:{port}")
+    finally:
+        daphne.stop(server)
+
+
+def _files(report: Report, owner: Any, http: Any, base: str) -> None:
+    from sessions_app.services import pi_io
+    from sessions_app.web import html_export
+
     for size in BRANCHY:
         path = RESULTS / f"pi-branchy-{size}.jsonl"
         if not path.exists():
@@ -302,21 +324,38 @@ def run_files(report: Report) -> None:
         )
         html_s, html_bytes, html_cpu = _drain(partial(html_export.export_html, session))
         pi_s, pi_bytes, pi_cpu = _drain(partial(pi_io.pi_export_lines, session))
+        page = f"{base}/sessions/{session.id}"
+        _download(http, f"{page}/export.html")  # a warm process
+        served_html_s, served_html_bytes = _download(http, f"{page}/export.html")
+        served_pi_s, served_pi_bytes = _download(http, f"{page}/export.jsonl")
         theirs = _pi_export(path)
         report.add(
             Row(
                 "pi files",
                 f"HTML export, branchy file of {entries:,} entries",
                 f"{html_s:.2f} s, {html_bytes / 1e6:.1f} MB",
-                note=f"CPU {html_cpu:.2f} s",
+                note=f"read in this process; CPU {html_cpu:.2f} s",
             ),
             Row(
                 "pi files",
                 f"Pi export (JSONL), branchy file of {entries:,} entries",
                 f"{pi_s:.2f} s, {pi_bytes / 1e6:.1f} MB",
-                note=f"CPU {pi_cpu:.2f} s; {pi_bytes / 1e6 / pi_s:.0f} MB/s",
+                note=f"read in this process; CPU {pi_cpu:.2f} s; {pi_bytes / 1e6 / pi_s:.0f} MB/s",
+            ),
+            Row(
+                "pi files",
+                f"HTML export through daphne, branchy file of {entries:,} entries",
+                f"{served_html_s:.2f} s, {served_html_bytes / 1e6:.1f} MB",
+                note="downloaded over loopback, to the last byte",
+            ),
+            Row(
+                "pi files",
+                f"Pi export (JSONL) through daphne, branchy file of {entries:,} entries",
+                f"{served_pi_s:.2f} s, {served_pi_bytes / 1e6:.1f} MB",
+                note=f"{served_pi_bytes / 1e6 / served_pi_s:.0f} MB/s",
             ),
         )
+        html_s, html_bytes = served_html_s, served_html_bytes
         if theirs is None:
             report.add(Row("pi files", "Pi 0.73.1 exportFromFile", "not measured", note="no node"))
             continue
@@ -382,6 +421,15 @@ def _drain(make: Any) -> tuple[float, int, float]:
     started, cpu = time.perf_counter(), time.process_time()
     size = sum(len(chunk.encode()) for chunk in make())
     return time.perf_counter() - started, size, time.process_time() - cpu
+
+
+def _download(http: Any, url: str) -> tuple[float, int]:
+    """(seconds, bytes) of downloading `url` to its last byte."""
+    started = time.perf_counter()
+    with http.get(url, stream=True, timeout=600) as response:
+        response.raise_for_status()
+        size = sum(len(piece) for piece in response.iter_content(256 * 1024))
+    return time.perf_counter() - started, size
 
 
 def _pi_export(path: Path) -> tuple[float, int] | None:
