@@ -19,6 +19,7 @@ from config.health import HealthCheck  # noqa: E402
 from config.reason_phrases import install as install_reason_phrases  # noqa: E402
 from config.request_heads import answer_long_heads_in_daphne  # noqa: E402
 from config.request_slots import RequestSlots  # noqa: E402
+from config.slow_readers import answer_slow_readers_in_daphne  # noqa: E402
 from config.startup import (  # noqa: E402
     RunOnceAtStart,
     recover_open_turns,
@@ -53,6 +54,9 @@ refuse_early_in_daphne()
 # A URL or headers over Twisted's 16 KiB are answered 414 or 431, not with silence
 # (config.request_heads).
 answer_long_heads_in_daphne()
+# A response body goes out as fast as its client reads it, and a client that reads nothing
+# for a minute is let go (config.slow_readers).
+answer_slow_readers_in_daphne()
 # Status lines say `Too Many Requests`, not `Unknown Status` (config.reason_phrases).
 install_reason_phrases()
 # The changes to Twisted and autobahn that the live feed's send path was measured with

@@ -25,9 +25,10 @@ GATHER = 64 * 1024
 
 
 def streamed(
-    chunks: Iterable[AnyStr], request: HttpRequest, *, gather: int = GATHER
+    chunks: Iterable[AnyStr], request: HttpRequest, *, gather: int | None = None
 ) -> Iterator[AnyStr] | AsyncIterator[AnyStr]:
-    pieces = _gathered(iter(chunks), gather) if gather > 0 else iter(chunks)
+    at_least = GATHER if gather is None else gather
+    pieces = _gathered(iter(chunks), at_least) if at_least > 0 else iter(chunks)
     if isinstance(request, ASGIRequest):
         return _async_chunks(pieces)
     return pieces

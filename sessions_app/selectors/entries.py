@@ -15,6 +15,9 @@ from sessions_app import redaction, store
 from sessions_app.models import Entry, Session
 
 ENTRY_PAGE = 5000  # entries read at a time when all of them are streamed
+# or fewer, once their data comes to this much: a page of 5,000 entries of up to
+# STRAND_MAX_EVENT_BYTES (1 MiB) each would otherwise be gigabytes in one read.
+ENTRY_PAGE_BYTES = 8 * 1024 * 1024
 # An entry's data as the text Postgres writes, for `store.decode_json` (orjson) to read:
 # the JSON field's own decoding (json) costs several times more.
 _DATA_TEXT = RawSQL("sessions_app_entry.data::text", ())
@@ -32,7 +35,7 @@ def entry_records(session: Session) -> list[EntryRecord]:
 
 def entry_stream(session: Session, *, page: int = ENTRY_PAGE) -> Iterator[EntryRecord]:
     """Every entry in file order, read a page at a time (a whole read with the memory of
-    one page: the streamed exports).
+    one page, at most `page` entries and about `ENTRY_PAGE_BYTES`: the streamed exports).
 
     Each entry's data is decoded as it is handed out, not a page at a time: an entry then
     lives only while its reader uses it, where a page of decoded entries outlives the
@@ -40,7 +43,9 @@ def entry_stream(session: Session, *, page: int = ENTRY_PAGE) -> Iterator[EntryR
     time, in a process that holds Django)."""
     after = -1
     while True:
-        rows, more = _entry_rows(session, after, page)
+        rows, more = _entry_rows(session, after, page, ENTRY_PAGE_BYTES)
+        if not rows:
+            return
         for row in rows:
             yield _entry_record(row)
         if not more:
@@ -72,21 +77,51 @@ def entry_page(
     return EntryPage(entries=tuple(_entry_record(row) for row in rows), more=more)
 
 
-def _entry_rows(session: Session, after_seq: int, limit: int) -> tuple[list[tuple[Any, ...]], bool]:
-    """`entry_page`'s rows (`_ENTRY_COLUMNS`, data as JSON text), and whether more follow."""
+def _entry_rows(
+    session: Session, after_seq: int, limit: int, max_bytes: int | None = None
+) -> tuple[list[tuple[Any, ...]], bool]:
+    """`entry_page`'s rows (`_ENTRY_COLUMNS`, data as JSON text), and whether more follow.
+
+    With `max_bytes`, the rows stop once their data (as stored, `pg_column_size`) comes to
+    that much: the entry that reaches it is the page's last (the first always comes), and
+    more are said to follow (a last read may then find none)."""
     rows: list[tuple[Any, ...]] = []
+    used = 0
     start, span = after_seq, 2 * (limit + 1)
     while True:
         stop = start + span
         # Plain SQL: the ORM's rows cost twice the time of reading and decoding them.
-        sql = f"SELECT {_ENTRY_COLUMNS} FROM sessions_app_entry WHERE session_id = %s AND seq > %s"
+        where = "session_id = %s AND seq > %s"
         params: list[Any] = [str(session.id), start]
         if stop < session.last_seq:
-            sql += " AND seq <= %s"
+            where += " AND seq <= %s"
             params.append(stop)
+        want = limit + 1 - len(rows)
         with connection.cursor() as cur:
-            cur.execute(f"{sql} ORDER BY seq LIMIT %s", [*params, limit + 1 - len(rows)])
-            rows += cur.fetchall()
+            if max_bytes is None:
+                cur.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM sessions_app_entry WHERE {where} "
+                    "ORDER BY seq LIMIT %s",
+                    [*params, want],
+                )
+                rows += cur.fetchall()
+            else:
+                # Each row's running total of the range's sizes before it: the rows read
+                # stop at the budget, and the data of those past it is never read.
+                cur.execute(
+                    f"SELECT {_ENTRY_COLUMNS}, before + size FROM ("
+                    "SELECT *, pg_column_size(data) AS size, "
+                    "sum(pg_column_size(data)) OVER (ORDER BY seq) - pg_column_size(data) "
+                    f"AS before FROM sessions_app_entry WHERE {where}"
+                    ") q WHERE before < %s ORDER BY seq LIMIT %s",
+                    [*params, max_bytes - used, want],
+                )
+                found = cur.fetchall()
+                if found:
+                    used += int(found[-1][-1])
+                rows += [row[:-1] for row in found]
+                if used >= max_bytes:
+                    return rows[:limit], True
         if len(rows) > limit or stop >= session.last_seq:
             break
         start, span = stop, span * 2

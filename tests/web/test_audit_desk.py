@@ -28,6 +28,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from projections.header_diff import header_changed
+from sessions_app import streaming
 from sessions_app.audit import admin as admin_audit
 from sessions_app.models import Event, RequestAudit, Session
 from sessions_app.selectors import audit
@@ -415,8 +416,10 @@ def test_an_export_streams_from_a_server_side_cursor(
     log = audit_log(alice, "Many requests")
     for i in range(12):
         log.exchange(f"question {i}")
-    # Small pieces, so that these 13 rows make several (an export writes 500 rows a piece).
+    # Small pieces, so that these 13 rows make several (an export writes 500 rows a piece),
+    # each sent as it is made (not gathered with the next ones).
     monkeypatch.setattr(admin_audit, "ROWS_PER_CHUNK", 4)
+    monkeypatch.setattr(streaming, "GATHER", 1)
     response = staff.get(f"{LIST}export.jsonl")
     assert isinstance(response, StreamingHttpResponse)
     pieces = iter(response.streaming_content)
