@@ -97,3 +97,93 @@ def test_a_request_that_waits_too_long_for_a_slot_is_answered_503() -> None:
     assert json.loads(refused[1]["body"])["error"] == "busy"
     assert slow[0]["status"] == 200 and after[0]["status"] == 200
     assert served == ["/slow", "/after"]  # the refused one never reached the app
+
+
+class _Held:
+    """An application whose requests stay in it until released, by path."""
+
+    def __init__(self) -> None:
+        self.inside: list[str] = []
+        self.order: list[str] = []
+        self.gates: dict[str, asyncio.Event] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        self.inside.append(path)
+        self.order.append(path)
+        await self.gates.setdefault(path, asyncio.Event()).wait()
+        self.inside.remove(path)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def release(self, path: str) -> None:
+        self.gates.setdefault(path, asyncio.Event()).set()
+
+
+def _from(token: str, path: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "path": path,
+        "headers": [(b"authorization", f"Bearer {token}".encode())],
+    }
+
+
+async def _call(slots: RequestSlots, scope: dict[str, Any]) -> int:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await slots(scope, None, send)
+    return int(sent[0]["status"])
+
+
+def test_one_client_holds_at_most_its_share_and_the_next_goes_to_another() -> None:
+    """Four slots, two a client: Alice's six requests held in the app take two, Bob's goes
+    in beside them at once; as Alice's end, a freed slot goes to Bob's second request, who
+    holds fewer, before Alice's next, and then to Carol, never served, before Alice."""
+    app = _Held()
+    slots = RequestSlots(app, slots=4, wait_s=5, per_client=2)
+
+    async def run() -> None:
+        alice = [asyncio.create_task(_call(slots, _from("a", f"/a{n}"))) for n in range(6)]
+        await asyncio.sleep(0.01)
+        assert sorted(app.inside) == ["/a0", "/a1"]
+        bob = asyncio.create_task(_call(slots, _from("b", "/b0")))
+        await asyncio.sleep(0.01)
+        assert sorted(app.inside) == ["/a0", "/a1", "/b0"]
+        app.release("/b0")
+        assert await bob == 200
+
+        # Two slots, two a client, both Alice's: Bob and then Carol wait behind her four.
+        tight = RequestSlots(app, slots=2, wait_s=5, per_client=2)
+        held = [asyncio.create_task(_call(tight, _from("a", f"/t{n}"))) for n in range(4)]
+        await asyncio.sleep(0.01)
+        later = [
+            asyncio.create_task(_call(tight, _from("b", "/tb"))),
+            asyncio.create_task(_call(tight, _from("c", "/tc"))),
+        ]
+        await asyncio.sleep(0.01)
+        app.release("/t0")
+        await asyncio.sleep(0.01)
+        app.release("/t1")
+        await asyncio.sleep(0.01)
+        assert app.order[-4:] == ["/t0", "/t1", "/tb", "/tc"]  # not Alice's /t2 and /t3
+        for path in ("/tb", "/tc", "/t2", "/t3"):
+            app.release(path)
+        for n in range(6):
+            app.release(f"/a{n}")
+        assert await asyncio.gather(*alice, *held, *later) == [200] * 12
+
+    asyncio.run(run())
+
+
+def test_the_client_is_its_token_else_its_session_cookie_else_its_address() -> None:
+    from config.request_slots import client_key
+
+    cookie = b"sessionid"
+    token = {"headers": [(b"cookie", b"sessionid=s1"), (b"authorization", b"Bearer t1")]}
+    assert client_key(token, cookie) == b"a:Bearer t1"
+    session = {"headers": [(b"cookie", b"csrftoken=x; sessionid=s1")], "client": ("10.0.0.1", 5)}
+    assert client_key(session, cookie) == b"s:s1"
+    assert client_key({"headers": [], "client": ("10.0.0.1", 5)}, cookie) == b"c:10.0.0.1"

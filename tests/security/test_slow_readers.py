@@ -136,3 +136,27 @@ def test_a_slow_but_steady_reader_gets_every_byte(server: Any, alice: Any) -> No
         sock.close()
     head = len(b"HTTP/1.1 200 OK\r\n")
     assert got > size + head  # the whole body, with the status line and the headers
+
+
+def test_downloads_one_user_reads_slowly_leave_the_others_a_place(alice: Any, bob: Any) -> None:
+    """Thirty downloads of Alice's that she never reads hold a third of the slots (eight
+    of 24) while they wait for her, not all of them: Bob's request is answered meanwhile,
+    where it waited its 3 s and got a 503 when one client could take every slot."""
+    session = _import(alice, BIG_ENTRIES, "big")
+    _, alices = tokens.token_create(alice, "hoarder")
+    _, bobs = tokens.token_create(bob, "meanwhile")
+    port = port_for(7)
+    env = {"STRAND_HTTP_SEND_STALL_S": "60", "STRAND_HTTP_SLOT_WAIT_S": "3"}
+    with serving(port, **env):
+        socks = [_unread(port, f"/api/sessions/{session.id}/export", alices) for _ in range(30)]
+        try:
+            time.sleep(1)
+            answer = requests.get(
+                f"http://127.0.0.1:{port}/api/sessions",
+                headers={"Authorization": f"Bearer {bobs}"},
+                timeout=30,
+            )
+        finally:
+            for sock in socks:
+                sock.close()
+    assert answer.status_code == 200, answer.text
