@@ -106,7 +106,7 @@ def _lag(report: Report) -> None:
 
     owner = services.user_get_or_create_local(username="bench-otlp")
     sessions = []
-    chains: list[_Chain] = []
+    chains: list[TurnChain] = []
     for n in range(SESSIONS):
         session = services.session_create(owner=owner, title=f"bench otlp {n}", cwd="")
         session.refresh_from_db()
@@ -118,7 +118,7 @@ def _lag(report: Report) -> None:
         )
         session.refresh_from_db()
         sessions.append(session)
-        chains.append(_Chain(header_seq))
+        chains.append(TurnChain(header_seq))
     seqs = {s.id: s.last_seq for s in sessions}
     rng = random.Random(14)
     texts = [text_payload(rng, 300, 4000) for _ in range(200)]
@@ -200,7 +200,7 @@ def _lag(report: Report) -> None:
         print(f"  {row.name}: {row.value} ({row.note})", flush=True)
 
 
-class _Chain:
+class TurnChain:
     """One session's conversation as the writer appends it: a line of tool turns, each
     request's manifest naming its leaf and the hash of the payload built from that leaf's
     context (`build_context_from_window` over the path, as `verify` rebuilds it)."""

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from bench.otlp import _turn
+from bench.otlp import TurnChain
 from projections.otel_genai import Span
 from sessions_app import services, store
 from sessions_app.models import Session
@@ -41,13 +41,17 @@ def _session(owner: Any, title: str) -> tuple[Session, int]:
     return session, session.last_seq
 
 
+_CHAINS: dict[Any, TurnChain] = {}  # each session's conversation so far, by its id
+
+
 def _write_turns(session: Session, header_seq: int, turns: range) -> None:
     session.refresh_from_db()
     last = session.last_seq
+    chain = _CHAINS.setdefault(session.id, TurnChain(header_seq))
     for turn in turns:
-        last = store.append_events(
-            session.id, last, _turn(turn, f"question {turn} " * 40, header_seq, "0" * 64)
-        ).last_seq
+        events = chain.turn(f"question {turn} " * 40)
+        assert chain.number == turn
+        last = store.append_events(session.id, last, events).last_seq
 
 
 def _exported(session: Session, turns: range) -> list[Span]:
