@@ -221,7 +221,9 @@ def _write(report: Report, took: float) -> None:
         "  folder and `make test` runs there, as CI runs it, with its own embedded Postgres:",
         "  the wall time from the clone to the end (set-up, lint, the tests without a browser",
         "  on two workers and the browser tests beside them, mypy), what each pytest run",
-        "  reported, and the ten slowest test phases of the two (`--durations=10`).",
+        "  reported, each test that failed (the whole output is kept in",
+        "  `bench/results/suite-output.txt`), and the ten slowest test phases of the two",
+        "  (`--durations=10`).",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
 

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, Report, Row
+from bench.common import RESULTS, ROOT, Report, Row
 
 GOAL_SECONDS = 600
 LIMIT_SECONDS = 3600  # a run past an hour is reported as such, not waited for
@@ -61,6 +61,11 @@ def run(report: Report) -> None:
         ),
         reverse=True,
     )[:10]
+    failed = [
+        line.split()[1] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))
+    ]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "suite-output.txt").write_text(output)  # the whole of it, to read a failure
     minutes, seconds = divmod(round(took), 60)
     report.add(
         Row(
@@ -73,6 +78,10 @@ def run(report: Report) -> None:
                 f"{part}: {summary}"
                 for part, summary in zip(("without a browser", "browser"), summaries, strict=False)
             ),
+        ),
+        *(
+            Row("suite", "failed", f"`{test}`", note="bench/results/suite-output.txt")
+            for test in failed
         ),
         *(
             Row("suite", f"slowest {n}: `{test}` ({phase})", f"{secs:.1f} s")

@@ -112,7 +112,11 @@ def test_a_client_that_stops_reading_is_let_go(server: Any, alice: Any) -> None:
     size = _export_size(server.port, path, token)
     sock = _unread(server.port, path, token)
     try:
-        time.sleep(STALL_S + 2)
+        # Once the answer has begun, the server fills the buffers between it and the client,
+        # waits, and lets go after STALL_S (however long a loaded machine took to begin).
+        sock.settimeout(60)
+        assert sock.recv(1, socket.MSG_PEEK)
+        time.sleep(STALL_S + 3)
         got = _read_all(sock)
     finally:
         sock.close()
