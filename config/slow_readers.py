@@ -28,10 +28,6 @@ from zope.interface import implementer
 logger = logging.getLogger(__name__)
 
 
-def stall_seconds() -> float:
-    return float(os.environ.get("STRAND_HTTP_SEND_STALL_S", "60"))
-
-
 @implementer(IPushProducer)
 class _Drained:
     """Registered on a request while its body streams: Twisted pauses it when the
@@ -59,6 +55,7 @@ def answer_slow_readers_in_daphne() -> None:
     from daphne.server import Server
 
     handle_reply = Server.handle_reply
+    stall_s = float(os.environ.get("STRAND_HTTP_SEND_STALL_S", "60"))
 
     async def handle_reply_as_read(self: Any, protocol: Any, message: Any) -> None:
         body = message.get("type") == "http.response.body"
@@ -78,9 +75,9 @@ def answer_slow_readers_in_daphne() -> None:
         if drained.writable.is_set():
             return
         try:
-            await asyncio.wait_for(drained.writable.wait(), stall_seconds())
+            await asyncio.wait_for(drained.writable.wait(), stall_s)
         except TimeoutError:
-            logger.warning("closing a connection that read nothing for %s s", stall_seconds())
+            logger.warning("closing a connection that read nothing for %s s", stall_s)
             transport = getattr(protocol.channel, "transport", None)
             if transport is not None:
                 transport.abortConnection()

@@ -15,7 +15,7 @@ must each go out as soon as they are made (the import's progress lines) asks for
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import AnyStr, cast
+from typing import AnyStr
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
@@ -55,12 +55,7 @@ def _gathered(chunks: Iterator[AnyStr], at_least: int) -> Iterator[AnyStr]:
 
 
 def _joined(pending: list[AnyStr]) -> AnyStr:
-    if len(pending) == 1:
-        return pending[0]
-    first = pending[0]
-    if isinstance(first, bytes):
-        return cast(AnyStr, b"".join(cast(list[bytes], pending)))
-    return cast(AnyStr, "".join(cast(list[str], pending)))
+    return pending[0] if len(pending) == 1 else pending[0][:0].join(pending)
 
 
 async def _async_chunks(chunks: Iterator[AnyStr]) -> AsyncIterator[AnyStr]:
