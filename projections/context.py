@@ -184,13 +184,19 @@ def build_context_from_window(
     thinking_level, model, _ = _read_settings(
         [e for e in (settings.thinking, settings.model) if e is not None]
     )
-    compaction = settings.compaction
+    return _context(_window_selection(window, settings.compaction), thinking_level, model)
+
+
+def _window_selection(
+    window: Sequence[EntryRecord], compaction: EntryRecord | None
+) -> Sequence[EntryRecord]:
+    """The entries of `window` a context is made of, given the path's latest compaction."""
     if compaction is None:
-        return _context(window, thinking_level, model)
+        return window
     on_window = next((e for e in window if e.id == compaction.id), None)
     if on_window is None:
         raise ValueError("the window does not reach back to the path's latest compaction")
-    return _context(_selected(window, on_window), thinking_level, model)
+    return _selected(window, on_window)
 
 
 def _context(
@@ -284,12 +290,7 @@ def _project(
     compaction inside the kept range gives no message: only the first entry, the latest
     compaction, contributes its checkpoint and summary.
     """
-    edits: dict[object, EntryRecord] = {}
-    for entry in selected:
-        if entry.type == "context_edit":
-            target = entry.data.get("targetId")
-            if isinstance(target, str):
-                edits[target] = entry
+    edits = _edits(selected)
     projected: list[tuple[EntryRecord, EntryRecord | None, list[Message]]] = []
     for index, entry in enumerate(selected):
         if entry.type == "compaction" and index > 0:
@@ -297,6 +298,17 @@ def _project(
         edit = edits.get(entry.id)
         projected.append((entry, edit, _edited(entry_messages(entry), edit)))
     return projected
+
+
+def _edits(selected: Sequence[EntryRecord]) -> dict[object, EntryRecord]:
+    """The latest context edit of each target among `selected`, by the target's id."""
+    edits: dict[object, EntryRecord] = {}
+    for entry in selected:
+        if entry.type == "context_edit":
+            target = entry.data.get("targetId")
+            if isinstance(target, str):
+                edits[target] = entry
+    return edits
 
 
 # The roles whose content a context edit replaces; for the two whose content must be a list
@@ -633,49 +645,101 @@ def to_provider_messages(messages: Iterable[Mapping[str, Any]]) -> list[Message]
     Beyond Pi, a tool result that answers no pending call of the assistant message before it
     (for example one left over by a compaction) is dropped, because providers reject it.
     """
-    paired: list[Message] = []
-    turn = _ToolTurn(paired)
-    for message in _convert_to_llm(messages):
-        role = message.get("role")
-        if role == "assistant":
-            turn.close()
-            if message.get("stopReason") in ("error", "aborted"):
-                continue
-            paired.append(message)
-            turn.open(message)
-        elif role == "toolResult":
-            if turn.answers(message):
-                paired.append(message)
-        else:
-            turn.close()
-            paired.append(message)
-    turn.close()
-    return paired
+    provider = ProviderMessages()
+    provider.add(messages)
+    return provider.messages()
 
 
-class _ToolTurn:
-    """The tool calls of the last assistant message that still wait for a result."""
+class ProviderMessages:
+    """`to_provider_messages` taken message by message: `add` context messages in order and
+    read the provider messages of all those added at any point, so that a context which
+    starts with the same messages as one already converted costs only its new ones."""
 
-    def __init__(self, output: list[Message]) -> None:
-        self._output = output
+    def __init__(self) -> None:
+        self._paired: list[Message] = []
+        # The last assistant message, and its tool calls that still wait for a result.
         self._assistant: Mapping[str, Any] | None = None
         self._waiting: dict[str, Mapping[str, Any]] = {}
 
-    def open(self, assistant: Mapping[str, Any]) -> None:
-        self._assistant = assistant
-        self._waiting = {call["id"]: call for call in _tool_calls(assistant)}
+    def add(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        for message in _convert_to_llm(messages):
+            role = message.get("role")
+            if role == "assistant":
+                self._close()
+                if message.get("stopReason") in ("error", "aborted"):
+                    continue
+                self._paired.append(message)
+                self._assistant = message
+                self._waiting = {call["id"]: call for call in _tool_calls(message)}
+            elif role == "toolResult":
+                # Only a result that answers a waiting call, and each call at most once.
+                call_id = message.get("toolCallId")
+                if isinstance(call_id, str) and self._waiting.pop(call_id, None) is not None:
+                    self._paired.append(message)
+            else:
+                self._close()
+                self._paired.append(message)
 
-    def answers(self, result: Mapping[str, Any]) -> bool:
-        """Whether `result` answers a waiting call; a call is answered at most once."""
-        call_id = result.get("toolCallId")
-        return isinstance(call_id, str) and self._waiting.pop(call_id, None) is not None
+    def messages(self) -> list[Message]:
+        """The provider messages of what was added, a call still waiting answered by a
+        synthetic error result (here only: a result added later answers it still)."""
+        return self._paired + self._missing()
 
-    def close(self) -> None:
+    def _missing(self) -> list[Message]:
+        assistant = self._assistant or {}
+        return [_missing_result(i, call, assistant) for i, call in self._waiting.items()]
+
+    def _close(self) -> None:
         """Answer every call still waiting with a synthetic error result."""
-        for call_id, call in self._waiting.items():
-            self._output.append(_missing_result(call_id, call, self._assistant or {}))
+        self._paired.extend(self._missing())
         self._waiting = {}
         self._assistant = None
+
+
+class ContextFold:
+    """The provider messages of a leaf's context (`build_context_from_window`, then
+    `to_provider_messages`), kept so that a leaf further down the same path costs only the
+    entries between the two leaves.
+
+    It starts from a leaf's window and then takes the path's next entries, in order, while
+    none of them can change a message already made: a context edit may rewrite an earlier
+    entry's messages and a compaction starts a window of its own, so `extend` refuses both
+    (the caller then starts a fold at that leaf). The messages are the entries' own dicts,
+    read-only, as the context's are."""
+
+    def __init__(self, window: Sequence[EntryRecord], compaction: EntryRecord | None) -> None:
+        selected = _window_selection(window, compaction)
+        self._edits = _edits(selected)
+        self._provider = ProviderMessages()
+        self.leaf_id: str | None = window[-1].id if window else None
+        # The entry whose compaction summary the context holds (its first such message).
+        self.summary_entry_id: str | None = None
+        for entry, _, produced in _project(selected):
+            self._take(entry, produced)
+
+    def extend(self, entries: Sequence[EntryRecord]) -> bool:
+        """Take `entries`, the path below the last leaf taken (parent first); False, with
+        nothing taken, when they do not go on from it or one is an edit or a compaction."""
+        if not entries:
+            return True
+        if entries[0].parent_id != self.leaf_id or any(
+            entry.type in ("context_edit", "compaction") for entry in entries
+        ):
+            return False
+        for entry in entries:
+            self._take(entry, _edited(entry_messages(entry), self._edits.get(entry.id)))
+        self.leaf_id = entries[-1].id
+        return True
+
+    def messages(self) -> list[Message]:
+        return self._provider.messages()
+
+    def _take(self, entry: EntryRecord, produced: list[Message]) -> None:
+        if self.summary_entry_id is None and any(
+            message.get("role") == "compactionSummary" for message in produced
+        ):
+            self.summary_entry_id = entry.id
+        self._provider.add(produced)
 
 
 def _tool_calls(assistant: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from projections.context import SessionContext, to_provider_messages
+from projections.context import ContextFold, SessionContext, to_provider_messages
 from projections.faults import fault_view
 from projections.records import EventRecord
 from projections.trace import TraceSpan
@@ -190,6 +190,11 @@ class RequestInput:
         )
         return cls(header, tuple(to_provider_messages(context.messages)), compaction)
 
+    @classmethod
+    def of_fold(cls, header: Mapping[str, Any], fold: ContextFold) -> RequestInput:
+        """The same, from the fold of the leaf's context (`ContextFold`)."""
+        return cls(header, tuple(fold.messages()), fold.summary_entry_id)
+
     @property
     def provider(self) -> str:
         return str(self.header.get("provider") or "")
@@ -254,7 +259,9 @@ def turn_spans(
     turn = facts.span
     if not is_finished(turn):
         return []
-    build = _Builder(facts, capture_content, max_chars, messages or InputMessages())
+    build = _Builder(
+        facts, capture_content, max_chars, messages if messages is not None else InputMessages()
+    )
     return build.turn()
 
 
@@ -264,11 +271,15 @@ class InputMessages:
     contexts are built from one read of the path), so each message is converted, counted
     and written as JSON text the first time it is seen, and taken from here after. The
     messages are kept with their form, so an identity is never taken by another object
-    while this lives; one lives for the turns read together."""
+    while this lives; one lives for the turns read together (the live export keeps a
+    session's from one batch to the next, beside its path)."""
 
     def __init__(self) -> None:
         # id(message) → (the message, its form or None, its text's length, its JSON text)
         self._seen: dict[int, tuple[Mapping[str, Any], dict[str, Any] | None, int, list[str]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
     def json(self, messages: Sequence[Mapping[str, Any]], max_chars: int) -> str | None:
         """The messages as the JSON text of their `{role, parts[]}` list (what `_json` makes

@@ -20,7 +20,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from projections.context import EMPTY_CONTEXT, PathSettings, build_context_from_window
+from projections.context import (
+    EMPTY_CONTEXT,
+    ContextFold,
+    PathSettings,
+    build_context_from_window,
+)
 from projections.kept_window import LeafFacts, window_top
 from projections.otel_genai import (
     InputMessages,
@@ -44,8 +49,10 @@ class KeptPaths:
     """The path each session's requests were last read along, kept from one projector batch
     to the next (entries are never changed, so a kept one stays true): a session's next
     requests have their leaves below the last one, so only the entries added since are
-    read, not the whole path again. At most `max_entries` entries are kept, those of the
-    sessions read most recently; a path longer than that is not kept at all."""
+    read, not the whole path again; with it the fold of the last context built along it
+    (`ContextFold`), so that the next request's context costs only its new entries. At most
+    `max_entries` entries are kept, those of the sessions read most recently; a path longer
+    than that is not kept at all."""
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
@@ -53,6 +60,9 @@ class KeptPaths:
         self._paths: OrderedDict[tuple[str, str | None], tuple[int, list[EntryRecord]]] = (
             OrderedDict()
         )
+        self._folds: dict[tuple[str, str | None], ContextFold] = {}
+        # Each session's messages converted for its spans (by session), kept with its paths.
+        self._messages: dict[str, InputMessages] = {}
         self._size = 0
 
     def path(
@@ -76,19 +86,45 @@ class KeptPaths:
         self._keep(key, top, path)
         return path
 
+    def fold(self, session_id: str, compaction: str | None) -> ContextFold | None:
+        """The fold last kept along the session's kept path (its leaf may be off the path
+        read since: the caller looks for it there)."""
+        return self._folds.get((session_id, compaction))
+
+    def keep_fold(self, session_id: str, compaction: str | None, fold: ContextFold) -> None:
+        key = (session_id, compaction)
+        if key in self._paths:  # only beside a kept path, and forgotten with it
+            self._folds[key] = fold
+
+    def messages(self, session_id: str) -> InputMessages:
+        """The session's messages already converted, kept while one of its paths is (and
+        begun again once they outnumber the entries kept)."""
+        found = self._messages.pop(session_id, None)
+        if found is None or len(found) > self.max_entries:
+            found = InputMessages()
+        if any(key[0] == session_id for key in self._paths):
+            self._messages[session_id] = found
+        return found
+
     def forget(self, session_id: uuid.UUID | str) -> None:
         for key in [k for k in self._paths if k[0] == str(session_id)]:
             self._size -= len(self._paths.pop(key)[1])
+            self._folds.pop(key, None)
+        self._messages.pop(str(session_id), None)
 
     def _keep(self, key: tuple[str, str | None], top: int, path: list[EntryRecord]) -> None:
         if key in self._paths:
             self._size -= len(self._paths.pop(key)[1])
         if len(path) > self.max_entries:
+            self._folds.pop(key, None)
             return
         self._paths[key] = (top, path)
         self._size += len(path)
         while self._size > self.max_entries:
-            _, (_, dropped) = self._paths.popitem(last=False)
+            dropped_key, (_, dropped) = self._paths.popitem(last=False)
+            self._folds.pop(dropped_key, None)
+            if not any(key[0] == dropped_key[0] for key in self._paths):
+                self._messages.pop(dropped_key[0], None)
             self._size -= len(dropped)
 
 
@@ -155,7 +191,7 @@ def turns_spans(
     read = _finished_turns(keys)
     _add_headers(read)
     requests = _requests(read)
-    found = _settings_entries(requests) if capture_content else {}
+    found = _compactions(requests) if capture_content else {}
     by_session: dict[str, list[tuple[int, _Turn]]] = {}
     for sid, turn in keys:
         if (sid, turn) in read:
@@ -169,7 +205,8 @@ def turns_spans(
             kept=kept,
         )
         agent = agents.get(session_id, "strand")
-        messages = InputMessages()  # the session's converted messages, shared by its turns
+        # The session's converted messages, shared by its turns (and kept for its next ones).
+        messages = kept.messages(session_id) if kept is not None else InputMessages()
         for _, read_turn in finished:
             facts = TurnFacts(session_id, agent, read_turn.turn, read_turn.events, inputs)
             yield turn_spans(
@@ -243,17 +280,19 @@ def _leaf_facts(
     return facts.get((session_id, leaf)) if isinstance(leaf, str) else None
 
 
-def _settings_entries(
+def _compactions(
     requests: Mapping[tuple[str, int], list[Request]],
 ) -> dict[str, dict[str, EntryRecord]]:
-    """The entries the requests' leaves name (the latest compaction, the entries that set
-    the thinking level and the model), by session and entry id, read in one query."""
+    """The latest compaction each request's leaf has on its path (the input's messages
+    start there; the entries that set the thinking level and the model change none of
+    them), by session and entry id, read in one query."""
     wanted: set[tuple[str, str]] = set()
     for (sid, _), turn_requests in requests.items():
         for _, _, facts in turn_requests:
             if facts is None:
                 continue
-            wanted.update((sid, i) for i in (facts.compaction, facts.thinking, facts.model) if i)
+            if facts.compaction:
+                wanted.add((sid, facts.compaction))
     found: dict[str, dict[str, EntryRecord]] = {}
     for (sid, entry_id), entry in (store.entries_by_keys(sorted(wanted)) if wanted else {}).items():
         found.setdefault(sid, {})[entry_id] = entry
@@ -269,38 +308,53 @@ def request_inputs(
     kept: KeptPaths | None = None,
 ) -> dict[int, RequestInput]:
     """The input of each request of one session (in seq order): its header and its leaf's
-    context, with `found` the entries its leaf's facts name. The requests have their leaves
+    context, with `found` the compactions its leaf's facts name. The requests have their leaves
     on one path (unless the session branched between them), so the kept window is read
-    once for the deepest of those that share a compaction, and each context is built from
-    the part of it above its leaf; a leaf not on that path has its own read."""
+    once for the deepest of those that share a compaction, and the contexts are folded
+    along it (`ContextFold`): each request's costs the entries after the one before it; a
+    leaf not on that path has its context built alone."""
     if not with_messages:
         return {
             sent.seq: RequestInput(header, (), facts.compaction if facts else None)
             for sent, header, facts in requests
         }
+    session_id = str(reader.session_id)
     paths: dict[str | None, tuple[int, list[EntryRecord], dict[str, int]]] = {}
+    for _, _, facts in reversed(requests):  # the deepest leaf of each window first
+        if facts is None or facts.compaction in paths:
+            continue
+        compaction = found.get(facts.compaction) if facts.compaction else None
+        top = window_top(reader, compaction)
+        if kept is not None:
+            path = kept.path(reader, facts.compaction, facts.id, top)
+        else:
+            path = reader.path(facts.id, top)
+        paths[facts.compaction] = (top, path, {e.id: i for i, e in enumerate(path)})
+    folds: dict[str | None, ContextFold] = {}
     inputs: dict[int, RequestInput] = {}
-    for sent, header, facts in reversed(requests):  # the deepest leaf of each window first
+    for sent, header, facts in requests:
         if facts is None:
             # A leaf that names no entry (Pi's fallback, the last entry before the request,
             # is not read whole here): the input holds no messages.
             inputs[sent.seq] = RequestInput.of(header, EMPTY_CONTEXT)
             continue
         compaction = found.get(facts.compaction) if facts.compaction else None
-        if facts.compaction not in paths:
-            top = window_top(reader, compaction)
-            if kept is not None:
-                path = kept.path(reader, facts.compaction, facts.id, top)
-            else:
-                path = reader.path(facts.id, top)
-            paths[facts.compaction] = (top, path, {e.id: i for i, e in enumerate(path)})
         top, path, index = paths[facts.compaction]
         at = index.get(facts.id)
-        window = path[: at + 1] if at is not None else reader.path(facts.id, top)
-        settings = PathSettings(
-            thinking=found.get(facts.thinking) if facts.thinking else None,
-            model=found.get(facts.model) if facts.model else None,
-            compaction=compaction,
-        )
-        inputs[sent.seq] = RequestInput.of(header, build_context_from_window(window, settings))
+        if at is None:
+            window = reader.path(facts.id, top)
+            context = build_context_from_window(window, PathSettings(None, None, compaction))
+            inputs[sent.seq] = RequestInput.of(header, context)
+            continue
+        fold = folds.get(facts.compaction)
+        if fold is None and kept is not None:
+            fold = kept.fold(session_id, facts.compaction)
+        last = index.get(fold.leaf_id) if fold is not None and fold.leaf_id else None
+        if fold is None or last is None or last > at or not fold.extend(path[last + 1 : at + 1]):
+            fold = ContextFold(path[: at + 1], compaction)
+        folds[facts.compaction] = fold
+        inputs[sent.seq] = RequestInput.of_fold(header, fold)
+    if kept is not None:
+        for compaction_id, fold in folds.items():
+            kept.keep_fold(session_id, compaction_id, fold)
     return inputs

@@ -12,10 +12,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from bench.otlp import TurnChain
+from projections import otel_genai
 from projections.otel_genai import Span
 from sessions_app import services, store
 from sessions_app.models import Session
-from sessions_app.projectors import otlp, project_pending
+from sessions_app.projectors import otel_spans, otlp, project_pending
 from sessions_app.projectors.otel_spans import agent_name, session_turn_spans
 from sessions_app.store import NewEvent
 from tests.sessions_app.audit_data import HEADER
@@ -110,3 +111,37 @@ def test_a_batch_reads_its_turns_in_statements_that_do_not_grow_with_them(
         counts.append(len(queries.captured_queries))
     assert len(pushed) == 4 * 3 * (2 + 6)
     assert counts[0] == counts[1]
+
+
+def test_a_later_batch_works_only_on_what_its_turns_add(
+    alice: Any, pushed: list[Span], monkeypatch: Any
+) -> None:
+    """Turn after turn, one a batch: each batch converts only the messages its turn adds
+    and folds its contexts on from the last one's, however long the session has grown."""
+    converted: list[object] = []
+    folds: list[object] = []
+    convert = otel_genai.input_message
+
+    class CountedFold(otel_spans.ContextFold):
+        def __init__(self, *args: Any) -> None:
+            folds.append(self)
+            super().__init__(*args)
+
+    def counted(message: Any) -> Any:
+        converted.append(message)
+        return convert(message)
+
+    monkeypatch.setattr(otel_genai, "input_message", counted)
+    monkeypatch.setattr(otel_spans, "ContextFold", CountedFold)
+    session, header_seq = _session(alice, "long")
+    work = []
+    for turn in range(1, 9):
+        _write_turns(session, header_seq, range(turn, turn + 1))
+        before = len(converted), len(folds)
+        project_pending([otlp.OtlpProjector()])
+        work.append((len(converted) - before[0], len(folds) - before[1]))
+    # The first batch starts the fold; each later one converts its turn's user message,
+    # reply, tool result and answer only.
+    assert work == [(3, 1)] + [(4, 0)] * 7
+    assert len(pushed) == 4 * 8
+    assert pushed == _exported(session, range(1, 9))
