@@ -43,6 +43,8 @@ from sessions_app.store.windows import StoredEntries, entry_facts
 # The file export reads a session's turns this many at a time: its memory is that of these
 # turns and of the path their requests share.
 TURNS_PER_READ = 20
+# And keeps at most this many entries of the path between two reads (`KeptPaths`).
+EXPORT_KEPT_ENTRIES = 50_000
 
 
 class KeptPaths:
@@ -143,7 +145,11 @@ def session_turn_spans(
     max_chars: int,
 ) -> Iterator[list[Span]]:
     """The spans of each finished turn of `turns`, a turn at a time (a running one is left
-    out: its spans go when it has ended), read `TURNS_PER_READ` turns at a time."""
+    out: its spans go when it has ended), read `TURNS_PER_READ` turns at a time. The path
+    and the fold of its contexts are kept from one read to the next (`KeptPaths`, at most
+    `EXPORT_KEPT_ENTRIES` entries), so a long session's file costs its length once, not
+    once a read."""
+    kept = KeptPaths(EXPORT_KEPT_ENTRIES)
     chunk: list[int] = []
     for turn in turns:
         chunk.append(turn)
@@ -153,6 +159,7 @@ def session_turn_spans(
                 agents={str(session_id): agent},
                 capture_content=capture_content,
                 max_chars=max_chars,
+                kept=kept,
             )
             chunk = []
     if chunk:
@@ -161,6 +168,7 @@ def session_turn_spans(
             agents={str(session_id): agent},
             capture_content=capture_content,
             max_chars=max_chars,
+            kept=kept,
         )
 
 

@@ -113,26 +113,33 @@ def test_a_batch_reads_its_turns_in_statements_that_do_not_grow_with_them(
     assert counts[0] == counts[1]
 
 
-def test_a_later_batch_works_only_on_what_its_turns_add(
-    alice: Any, pushed: list[Span], monkeypatch: Any
-) -> None:
-    """Turn after turn, one a batch: each batch converts only the messages its turn adds
-    and folds its contexts on from the last one's, however long the session has grown."""
+@pytest.fixture
+def counted(monkeypatch: Any) -> tuple[list[object], list[object]]:
+    """The messages converted for the spans, and the context folds started, as they come."""
     converted: list[object] = []
     folds: list[object] = []
     convert = otel_genai.input_message
+
+    def counted_convert(message: Any) -> Any:
+        converted.append(message)
+        return convert(message)
 
     class CountedFold(otel_spans.ContextFold):
         def __init__(self, *args: Any) -> None:
             folds.append(self)
             super().__init__(*args)
 
-    def counted(message: Any) -> Any:
-        converted.append(message)
-        return convert(message)
-
-    monkeypatch.setattr(otel_genai, "input_message", counted)
+    monkeypatch.setattr(otel_genai, "input_message", counted_convert)
     monkeypatch.setattr(otel_spans, "ContextFold", CountedFold)
+    return converted, folds
+
+
+def test_a_later_batch_works_only_on_what_its_turns_add(
+    alice: Any, pushed: list[Span], counted: tuple[list[object], list[object]]
+) -> None:
+    """Turn after turn, one a batch: each batch converts only the messages its turn adds
+    and folds its contexts on from the last one's, however long the session has grown."""
+    converted, folds = counted
     session, header_seq = _session(alice, "long")
     work = []
     for turn in range(1, 9):
@@ -145,3 +152,19 @@ def test_a_later_batch_works_only_on_what_its_turns_add(
     assert work == [(3, 1)] + [(4, 0)] * 7
     assert len(pushed) == 4 * 8
     assert pushed == _exported(session, range(1, 9))
+
+
+def test_a_long_sessions_file_folds_its_path_once(
+    alice: Any, counted: tuple[list[object], list[object]]
+) -> None:
+    """The file of a session read `TURNS_PER_READ` turns at a time: one fold down the whole
+    path, and each message converted once, as in one read."""
+    converted, folds = counted
+    session, header_seq = _session(alice, "file")
+    turns = 2 * otel_spans.TURNS_PER_READ + 5
+    _write_turns(session, header_seq, range(1, turns + 1))
+    spans = _exported(session, range(1, turns + 1))
+    assert len(spans) == 4 * turns
+    assert len(folds) == 1
+    # Every message a request's input holds: the last turn's answer is in none.
+    assert len(converted) == 4 * turns - 1
