@@ -96,6 +96,7 @@ def run(report: Report) -> None:
             projector.kill()
             projector.wait(10)
         collector.shutdown()
+    _file_export(report)
 
 
 def _lag(report: Report) -> None:
@@ -205,8 +206,10 @@ class TurnChain:
     request's manifest naming its leaf and the hash of the payload built from that leaf's
     context (`build_context_from_window` over the path, as `verify` rebuilds it)."""
 
-    def __init__(self, header_seq: int) -> None:
+    def __init__(self, header_seq: int, *, hashed: bool = True) -> None:
         self.header_seq = header_seq
+        # Else each manifest's hash is zeros (for sessions nothing verifies: deleted after).
+        self.hashed = hashed
         self.number = 0
         self.path: list[Any] = []
         self.model: Any = None
@@ -282,20 +285,87 @@ class TurnChain:
         from projections.payload import build_payload, payload_sha256
         from tests.sessions_app.audit_data import HEADER
 
-        settings = PathSettings(thinking=None, model=self.model, compaction=None)
-        context = build_context_from_window(self.path, settings)
-        payload = build_payload(
-            provider=HEADER["provider"],
-            model=HEADER["model"],
-            params=HEADER["params"],
-            system_prompt=HEADER["system_prompt"],
-            tools=HEADER["tools"],
-            messages=to_provider_messages(context.messages),
-        )
+        digest = "0" * 64  # not the payload's: `hashed` is off
+        if self.hashed:
+            settings = PathSettings(thinking=None, model=self.model, compaction=None)
+            context = build_context_from_window(self.path, settings)
+            payload = build_payload(
+                provider=HEADER["provider"],
+                model=HEADER["model"],
+                params=HEADER["params"],
+                system_prompt=HEADER["system_prompt"],
+                tools=HEADER["tools"],
+                messages=to_provider_messages(context.messages),
+            )
+            digest = payload_sha256(payload)
         return {
             "header_seq": self.header_seq,
             "leaf_entry_id": self.path[-1].id,
-            "payload_sha256": payload_sha256(payload),
+            "payload_sha256": digest,
             "token_estimate": 10,
             "attempt": 1,
         }
+
+
+FILE_TURNS = (500, 2000)
+
+
+def _file_export(report: Report) -> None:
+    """The OTLP file (`export.otlp.json`'s chunks, read in this process) of one session of
+    each length in `FILE_TURNS`, its turns those of the lag's writer: the time per turn
+    should not grow with the session (each request's input is folded on from the last).
+    Their requests' hashes are zeros (hashing each payload of a long session whole would
+    cost the writing more than the export), so the sessions are deleted once measured,
+    before the audit's `verify --requests` could find them."""
+    from django.conf import settings
+
+    from sessions_app import services, store
+    from sessions_app.selectors.otel import otlp_export_chunks
+    from sessions_app.store import NewEvent
+    from tests.sessions_app.audit_data import HEADER
+
+    owner = services.user_get_or_create_local(username="bench-otlp-file")
+    rng = random.Random(15)
+    texts = [text_payload(rng, 300, 4000) for _ in range(200)]
+    per_turn: dict[int, float] = {}
+    for turns in FILE_TURNS:
+        session = services.session_create(owner=owner, title=f"otlp file {turns}", cwd="")
+        session.refresh_from_db()
+        header = NewEvent("request/header", {"reason": "initial", **HEADER}, turn=0, step=0)
+        last = store.append_events(session.id, session.last_seq, [header]).last_seq
+        chain = TurnChain(last, hashed=False)
+        for n in range(turns):
+            last = store.append_events(session.id, last, chain.turn(texts[n % 200])).last_seq
+        session.refresh_from_db()
+        started, cpu = time.perf_counter(), time.process_time()
+        size = sum(
+            len(chunk.encode())
+            for chunk in otlp_export_chunks(
+                session,
+                leaf=None,
+                capture_content=True,
+                max_chars=settings.STRAND_OTLP_ATTRIBUTE_CHARS,
+            )
+        )
+        took, cpu = time.perf_counter() - started, time.process_time() - cpu
+        per_turn[turns] = took / turns
+        services.session_delete(session=session, by=owner)
+        report.add(
+            Row(
+                "otlp export",
+                f"file export (export.otlp.json), a session of {turns:,} tool turns",
+                f"{took:.2f} s, {size / 1e6:.1f} MB",
+                note=f"read in this process; CPU {cpu:.2f} s; {4 * turns:,} spans",
+            )
+        )
+    short, long = FILE_TURNS
+    report.add(
+        Row(
+            "otlp export",
+            f"file export: time per turn, {long:,} vs {short:,} turns",
+            f"{per_turn[long] / per_turn[short]:.2f}×",
+            note="an input past STRAND_OTLP_ATTRIBUTE_CHARS is left out of its span",
+        )
+    )
+    for row in report.rows[-3:]:
+        print(f"  {row.name}: {row.value} ({row.note})", flush=True)
