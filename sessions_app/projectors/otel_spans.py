@@ -14,6 +14,7 @@ the deepest of them, and each message of it is converted to the conventions' for
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -150,19 +151,8 @@ def session_turn_spans(
     `EXPORT_KEPT_ENTRIES` entries), so a long session's file costs its length once, not
     once a read."""
     kept = KeptPaths(EXPORT_KEPT_ENTRIES)
-    chunk: list[int] = []
-    for turn in turns:
-        chunk.append(turn)
-        if len(chunk) == TURNS_PER_READ:
-            yield from turns_spans(
-                {str(session_id): chunk},
-                agents={str(session_id): agent},
-                capture_content=capture_content,
-                max_chars=max_chars,
-                kept=kept,
-            )
-            chunk = []
-    if chunk:
+    remaining = iter(turns)
+    while chunk := list(itertools.islice(remaining, TURNS_PER_READ)):
         yield from turns_spans(
             {str(session_id): chunk},
             agents={str(session_id): agent},
