@@ -174,7 +174,8 @@ class RequestInput:
     its leaf's context at the provider boundary (`projections.context`)."""
 
     header: Mapping[str, Any]
-    messages: Sequence[Mapping[str, Any]]
+    # None: the leaf's window was past what one read gathers, and was not read.
+    messages: Sequence[Mapping[str, Any]] | None
     compaction_entry_id: str | None  # the compaction the context starts from, if any
 
     @classmethod
@@ -423,7 +424,11 @@ class _Builder:
                 )
             if self.capture:
                 # Past the bound the messages are not even converted: left out, and named.
-                content[GEN_AI_INPUT_MESSAGES] = self.messages.json(view.messages, self.max_chars)
+                content[GEN_AI_INPUT_MESSAGES] = (
+                    None
+                    if view.messages is None
+                    else self.messages.json(view.messages, self.max_chars)
+                )
             tools = [t for t in header.get("tools") or () if isinstance(t, Mapping)]
             if tools:
                 content[GEN_AI_TOOL_DEFINITIONS] = _json(

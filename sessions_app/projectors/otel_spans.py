@@ -39,13 +39,16 @@ from projections.otel_genai import (
 from projections.records import EntryRecord, EventRecord
 from projections.trace import TraceSpan, project_trace
 from sessions_app import store
+from sessions_app.selectors import ceilings
 from sessions_app.store.windows import StoredEntries, entry_facts
 
 # The file export reads a session's turns this many at a time: its memory is that of these
 # turns and of the path their requests share.
 TURNS_PER_READ = 20
-# And keeps at most this many entries of the path between two reads (`KeptPaths`).
+# And keeps at most this many entries of the path, and bytes of their stored data, between
+# two reads (`KeptPaths`).
 EXPORT_KEPT_ENTRIES = 50_000
+EXPORT_KEPT_BYTES = 256 * 1024 * 1024
 
 
 class KeptPaths:
@@ -54,40 +57,57 @@ class KeptPaths:
     requests have their leaves below the last one, so only the entries added since are
     read, not the whole path again; with it the fold of the last context built along it
     (`ContextFold`), so that the next request's context costs only its new entries. At most
-    `max_entries` entries are kept, those of the sessions read most recently; a path longer
-    than that is not kept at all."""
+    `max_entries` entries and `max_bytes` of their stored data are kept, those of the
+    sessions read most recently; a path larger than that is not kept at all.
 
-    def __init__(self, max_entries: int) -> None:
+    A window is read only when its entries hold at most the `budget` a read is given (their
+    stored size, summed in the database first); past it `path` answers None, and the
+    requests' inputs are left out of their spans rather than read whole."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
-        # (session, the compaction its window starts from) → (the window's top, the path)
-        self._paths: OrderedDict[tuple[str, str | None], tuple[int, list[EntryRecord]]] = (
+        self.max_bytes = max_bytes
+        # (session, the compaction its window starts from) → (the window's top, the path,
+        # its entries' stored bytes)
+        self._paths: OrderedDict[tuple[str, str | None], tuple[int, list[EntryRecord], int]] = (
             OrderedDict()
         )
         self._folds: dict[tuple[str, str | None], ContextFold] = {}
         # Each session's messages converted for its spans (by session), kept with its paths.
         self._messages: dict[str, InputMessages] = {}
         self._size = 0
+        self._bytes = 0
 
     def path(
-        self, reader: StoredEntries, compaction: str | None, leaf_id: str, top: int
-    ) -> list[EntryRecord]:
+        self, reader: StoredEntries, compaction: str | None, leaf_id: str, top: int, budget: int
+    ) -> list[EntryRecord] | None:
         """The path from depth `top` down to `leaf_id` (as `reader.path` reads it), read
-        from the kept path's last entry down when the leaf is below it."""
+        from the kept path's last entry down when the leaf is below it; None when it holds
+        more than `budget` bytes of stored data (then nothing of it is read)."""
         key = (str(reader.session_id), compaction)
         kept = self._paths.get(key)
-        path: list[EntryRecord] | None = None
+        found: tuple[list[EntryRecord], int] | None = None
         if kept is not None and kept[0] == top and kept[1]:
-            last = kept[1][-1]
-            depth = reader.depth(last.id)
-            tail = reader.path(leaf_id, depth + 1) if depth is not None else []
-            if tail and tail[0].parent_id == last.id:
-                path = kept[1] + tail
-            elif leaf_id == last.id:
-                path = kept[1]
-        if path is None:
-            path = reader.path(leaf_id, top)
-        self._keep(key, top, path)
-        return path
+            _, kept_path, kept_bytes = kept
+            last = kept_path[-1]
+            depth = reader.depth(last.id) if leaf_id != last.id else None
+            if leaf_id == last.id:
+                found = kept_path, kept_bytes
+            elif depth is not None:
+                cap = budget - kept_bytes
+                below = ceilings.path_stored_bytes(
+                    reader.session_id, leaf_id, min_depth=depth + 1, cap=cap
+                )
+                tail = reader.path(leaf_id, depth + 1) if below <= cap else []
+                if tail and tail[0].parent_id == last.id:
+                    found = kept_path + tail, kept_bytes + below
+        if found is None:
+            size = ceilings.path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget)
+            if size > budget:
+                return None
+            found = reader.path(leaf_id, top), size
+        self._keep(key, top, *found)
+        return found[0]
 
     def fold(self, session_id: str, compaction: str | None) -> ContextFold | None:
         """The fold last kept along the session's kept path (its leaf may be off the path
@@ -111,24 +131,42 @@ class KeptPaths:
 
     def forget(self, session_id: uuid.UUID | str) -> None:
         for key in [k for k in self._paths if k[0] == str(session_id)]:
-            self._size -= len(self._paths.pop(key)[1])
-            self._folds.pop(key, None)
+            self._drop(key)
         self._messages.pop(str(session_id), None)
 
-    def _keep(self, key: tuple[str, str | None], top: int, path: list[EntryRecord]) -> None:
+    def _keep(
+        self, key: tuple[str, str | None], top: int, path: list[EntryRecord], size: int
+    ) -> None:
         if key in self._paths:
-            self._size -= len(self._paths.pop(key)[1])
-        if len(path) > self.max_entries:
+            self._drop(key, fold=False)
+        if len(path) > self.max_entries or size > self.max_bytes:
             self._folds.pop(key, None)
             return
-        self._paths[key] = (top, path)
+        self._paths[key] = (top, path, size)
         self._size += len(path)
-        while self._size > self.max_entries:
-            dropped_key, (_, dropped) = self._paths.popitem(last=False)
-            self._folds.pop(dropped_key, None)
-            if not any(key[0] == dropped_key[0] for key in self._paths):
-                self._messages.pop(dropped_key[0], None)
-            self._size -= len(dropped)
+        self._bytes += size
+        while self._size > self.max_entries or self._bytes > self.max_bytes:
+            dropped = next(iter(self._paths))
+            self._drop(dropped)
+            if not any(k[0] == dropped[0] for k in self._paths):
+                self._messages.pop(dropped[0], None)
+
+    def _drop(self, key: tuple[str, str | None], *, fold: bool = True) -> None:
+        _, path, size = self._paths.pop(key)
+        self._size -= len(path)
+        self._bytes -= size
+        if fold:
+            self._folds.pop(key, None)
+
+
+def read_window(
+    reader: StoredEntries, leaf_id: str, top: int, budget: int
+) -> list[EntryRecord] | None:
+    """The path from depth `top` down to `leaf_id`, or None (nothing read) when its entries
+    hold more than `budget` bytes of stored data."""
+    if ceilings.path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget) > budget:
+        return None
+    return reader.path(leaf_id, top)
 
 
 def agent_name(preset: Any) -> str:
@@ -150,7 +188,7 @@ def session_turn_spans(
     and the fold of its contexts are kept from one read to the next (`KeptPaths`, at most
     `EXPORT_KEPT_ENTRIES` entries), so a long session's file costs its length once, not
     once a read."""
-    kept = KeptPaths(EXPORT_KEPT_ENTRIES)
+    kept = KeptPaths(EXPORT_KEPT_ENTRIES, EXPORT_KEPT_BYTES)
     remaining = iter(turns)
     while chunk := list(itertools.islice(remaining, TURNS_PER_READ)):
         yield from turns_spans(
@@ -317,17 +355,20 @@ def request_inputs(
             for sent, header, facts in requests
         }
     session_id = str(reader.session_id)
-    paths: dict[str | None, tuple[int, list[EntryRecord], dict[str, int]]] = {}
+    budget = ceilings.whole_read_bytes()
+    # Each window's top and path (None: past the budget, not read), its entries by id.
+    paths: dict[str | None, tuple[int, list[EntryRecord] | None, dict[str, int]]] = {}
     for _, _, facts in reversed(requests):  # the deepest leaf of each window first
         if facts is None or facts.compaction in paths:
             continue
         compaction = found.get(facts.compaction) if facts.compaction else None
         top = window_top(reader, compaction)
         if kept is not None:
-            path = kept.path(reader, facts.compaction, facts.id, top)
+            path = kept.path(reader, facts.compaction, facts.id, top, budget)
         else:
-            path = reader.path(facts.id, top)
-        paths[facts.compaction] = (top, path, {e.id: i for i, e in enumerate(path)})
+            path = read_window(reader, facts.id, top, budget)
+        index = {e.id: i for i, e in enumerate(path)} if path is not None else {}
+        paths[facts.compaction] = (top, path, index)
     folds: dict[str | None, ContextFold] = {}
     inputs: dict[int, RequestInput] = {}
     for sent, header, facts in requests:
@@ -339,10 +380,16 @@ def request_inputs(
         compaction = found.get(facts.compaction) if facts.compaction else None
         top, path, index = paths[facts.compaction]
         at = index.get(facts.id)
-        if at is None:
-            window = reader.path(facts.id, top)
-            context = build_context_from_window(window, PathSettings(None, None, compaction))
-            inputs[sent.seq] = RequestInput.of(header, context)
+        if path is None or at is None:
+            # A leaf off the path read, or of a window too large to read whole: its own
+            # window, read only within the budget; past it the input is left out of the
+            # span (and named there).
+            window = read_window(reader, facts.id, top, budget)
+            if window is None:
+                inputs[sent.seq] = RequestInput(header, None, facts.compaction)
+            else:
+                context = build_context_from_window(window, PathSettings(None, None, compaction))
+                inputs[sent.seq] = RequestInput.of(header, context)
             continue
         fold = folds.get(facts.compaction)
         if fold is None and kept is not None:

@@ -46,8 +46,10 @@ NAME = "otlp"
 SCOPE_VERSION = "1"
 # One push carries at most this many bytes of spans (a batch may need several).
 PUSH_BYTES = 4 * 1024 * 1024
-# The entries of the sessions' paths kept between batches (`otel_spans.KeptPaths`).
+# The entries of the sessions' paths kept between batches, and the bytes of their stored
+# data (`otel_spans.KeptPaths`).
 KEPT_ENTRIES = 50_000
+KEPT_BYTES = 256 * 1024 * 1024
 # Statuses that say the body itself is wrong: sending it again would not help.
 _REFUSED_FOR_GOOD = frozenset({400, 413, 415})
 
@@ -79,7 +81,7 @@ class Backoff:
 # This process's backoff: a projector object is made anew for each run.
 backoff = Backoff()
 # The paths this process read last (a projector object is made anew for each run).
-kept_paths = KeptPaths(KEPT_ENTRIES)
+kept_paths = KeptPaths(KEPT_ENTRIES, KEPT_BYTES)
 
 
 def enabled() -> bool:

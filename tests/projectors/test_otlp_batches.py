@@ -5,6 +5,7 @@ statements of a batch do not grow with its turns."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bench.otlp import TurnChain
 from projections import otel_genai
+from projections.context import build_context_from_window
 from projections.otel_genai import Span
 from sessions_app import services, store
 from sessions_app.models import Session
@@ -29,7 +31,7 @@ def pushed(monkeypatch: Any, settings: Any) -> list[Span]:
     settings.STRAND_OTLP_ENDPOINT = "http://127.0.0.1:9/v1/traces"
     spans: list[Span] = []
     monkeypatch.setattr(otlp, "push", spans.extend)
-    monkeypatch.setattr(otlp, "kept_paths", otlp.KeptPaths(otlp.KEPT_ENTRIES))
+    monkeypatch.setattr(otlp, "kept_paths", otlp.KeptPaths(otlp.KEPT_ENTRIES, otlp.KEPT_BYTES))
     return spans
 
 
@@ -168,3 +170,64 @@ def test_a_long_sessions_file_folds_its_path_once(
     assert len(folds) == 1
     # Every message a request's input holds: the last turn's answer is in none.
     assert len(converted) == 4 * turns - 1
+
+
+def test_a_window_past_the_read_ceiling_is_never_read_and_its_inputs_are_named_left_out(
+    alice: Any, pushed: list[Span], settings: Any, monkeypatch: Any
+) -> None:
+    """A session whose path grows past STRAND_WHOLE_READ_BYTES: each request within it has
+    its input, each past it names the input in `strand.content.omitted`, and no context is
+    built from much more than the ceiling, pushed turn by turn from the kept path as in the
+    file."""
+    settings.STRAND_WHOLE_READ_BYTES = 16_000
+    built: list[int] = []  # the JSON size of each window a context is built from
+
+    def size(entries: Any) -> int:
+        return sum(len(json.dumps(entry.data)) for entry in entries)
+
+    class MeasuredFold(otel_spans.ContextFold):
+        def __init__(self, window: Any, compaction: Any) -> None:
+            super().__init__(window, compaction)
+            self.size = size(window)
+            built.append(self.size)
+
+        def extend(self, entries: Any) -> bool:
+            taken = super().extend(entries)
+            if taken:
+                self.size += size(entries)
+                built.append(self.size)
+            return taken
+
+    def measured_build(window: Any, path_settings: Any) -> Any:
+        built.append(size(window))
+        return build_context_from_window(window, path_settings)
+
+    monkeypatch.setattr(otel_spans, "ContextFold", MeasuredFold)
+    monkeypatch.setattr(otel_spans, "build_context_from_window", measured_build)
+    session, header_seq = _session(alice, "past the ceiling")
+    turns = 40
+    for turn in range(1, turns + 1):
+        _write_turns(session, header_seq, range(turn, turn + 1))
+        project_pending([otlp.OtlpProjector()])
+    session.refresh_from_db()
+    whole = size(store.path_to_root(session.id, session.leaf_entry_id or ""))
+    assert whole > 4 * settings.STRAND_WHOLE_READ_BYTES
+    assert 0 < max(built) < 1.5 * settings.STRAND_WHOLE_READ_BYTES
+
+    def inputs(spans: list[Span]) -> list[bool]:
+        """For each chat span: whether its input is there (else it is named left out)."""
+        found = []
+        for span in spans:
+            attrs = {a["key"]: a["value"] for a in span["attributes"]}
+            if span["name"].startswith("chat"):
+                omitted = attrs.get("strand.content.omitted", {}).get("arrayValue", {})
+                named = [v["stringValue"] for v in omitted.get("values", [])]
+                assert ("gen_ai.input.messages" in attrs) != ("gen_ai.input.messages" in named)
+                found.append("gen_ai.input.messages" in attrs)
+        return found
+
+    pushed_inputs = inputs(pushed)
+    assert len(pushed_inputs) == 2 * turns
+    cut = pushed_inputs.index(False)
+    assert cut > 2 and pushed_inputs == [True] * cut + [False] * (2 * turns - cut)
+    assert pushed == _exported(session, range(1, turns + 1))
