@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from projections.context import (
     EMPTY_CONTEXT,
     ContextFold,
@@ -39,8 +41,7 @@ from projections.otel_genai import (
 from projections.records import EntryRecord, EventRecord
 from projections.trace import TraceSpan, project_trace
 from sessions_app import store
-from sessions_app.selectors import ceilings
-from sessions_app.store.windows import StoredEntries, entry_facts
+from sessions_app.store.windows import StoredEntries, entry_facts, path_stored_bytes
 
 # The file export reads a session's turns this many at a time: its memory is that of these
 # turns and of the path their requests share.
@@ -95,14 +96,12 @@ class KeptPaths:
                 found = kept_path, kept_bytes
             elif depth is not None:
                 cap = budget - kept_bytes
-                below = ceilings.path_stored_bytes(
-                    reader.session_id, leaf_id, min_depth=depth + 1, cap=cap
-                )
+                below = path_stored_bytes(reader.session_id, leaf_id, min_depth=depth + 1, cap=cap)
                 tail = reader.path(leaf_id, depth + 1) if below <= cap else []
                 if tail and tail[0].parent_id == last.id:
                     found = kept_path + tail, kept_bytes + below
         if found is None:
-            size = ceilings.path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget)
+            size = path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget)
             if size > budget:
                 return None
             found = reader.path(leaf_id, top), size
@@ -164,7 +163,7 @@ def read_window(
 ) -> list[EntryRecord] | None:
     """The path from depth `top` down to `leaf_id`, or None (nothing read) when its entries
     hold more than `budget` bytes of stored data."""
-    if ceilings.path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget) > budget:
+    if path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget) > budget:
         return None
     return reader.path(leaf_id, top)
 
@@ -344,18 +343,20 @@ def request_inputs(
     kept: KeptPaths | None = None,
 ) -> dict[int, RequestInput]:
     """The input of each request of one session (in seq order): its header and its leaf's
-    context, with `found` the compactions its leaf's facts name. The requests have their leaves
-    on one path (unless the session branched between them), so the kept window is read
-    once for the deepest of those that share a compaction, and the contexts are folded
-    along it (`ContextFold`): each request's costs the entries after the one before it; a
-    leaf not on that path has its context built alone."""
+    context, with `found` the compactions its leaf's facts name. The requests have their
+    leaves on one path (unless the session branched between them), so the kept window is
+    read once for the deepest of those that share a compaction, and the contexts are folded
+    along it (`ContextFold`): each request's costs the entries after the one before it. A
+    leaf not on that path, or below a window past `STRAND_WHOLE_READ_BYTES` of stored data,
+    has its own window read, within that budget; past it the input holds no messages (None)
+    and its span names it left out."""
     if not with_messages:
         return {
             sent.seq: RequestInput(header, (), facts.compaction if facts else None)
             for sent, header, facts in requests
         }
     session_id = str(reader.session_id)
-    budget = ceilings.whole_read_bytes()
+    budget = int(settings.STRAND_WHOLE_READ_BYTES)  # as the context view's reads
     # Each window's top and path (None: past the budget, not read), its entries by id.
     paths: dict[str | None, tuple[int, list[EntryRecord] | None, dict[str, int]]] = {}
     for _, _, facts in reversed(requests):  # the deepest leaf of each window first

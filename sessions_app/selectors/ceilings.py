@@ -66,40 +66,6 @@ def path_over(session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int, max_
     return bool(row and row[0] is not None and row[0] > max_bytes)
 
 
-def path_stored_bytes(
-    session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int, cap: int
-) -> int:
-    """The stored size of the entries' data on the path from `leaf_id` up to depth
-    `min_depth` (`pg_column_size`: what the rows hold, read without decoding any value),
-    summed as `path_over` walks it: once past `cap` the walk stops, and what it returns is
-    past `cap` too. 0 for a leaf the session does not hold."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            WITH RECURSIVE walk AS (
-                SELECT e.parent_id, e.depth, pg_column_size(e.data)::bigint AS total
-                FROM sessions_app_entry e
-                WHERE e.session_id = %(s)s AND e.entry_id = %(leaf)s
-                  AND e.depth >= %(min_depth)s
-                UNION ALL
-                SELECT up.parent_id, up.depth, walk.total + up.size
-                FROM walk CROSS JOIN LATERAL (
-                    SELECT e.parent_id, e.depth, pg_column_size(e.data) AS size
-                    FROM sessions_app_entry e
-                    WHERE e.session_id = %(s)s AND e.entry_id = walk.parent_id
-                      AND e.depth < walk.depth AND e.depth >= %(min_depth)s
-                    LIMIT 1
-                ) up
-                WHERE walk.total <= %(max)s
-            )
-            SELECT max(total) FROM walk
-            """,
-            {"s": str(session_id), "leaf": leaf_id, "min_depth": min_depth, "max": cap},
-        )
-        row = cur.fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
 def entries_over(session_id: uuid.UUID | str, *, as_of_seq: int, max_bytes: int) -> bool:
     """Whether the session's entries up to `as_of_seq` hold more than `max_bytes` of data:
     a running sum in seq order, read up to the first entry that passes."""
