@@ -41,7 +41,7 @@ from projections.otel_genai import (
 from projections.records import EntryRecord, EventRecord
 from projections.trace import TraceSpan, project_trace
 from sessions_app import store
-from sessions_app.store.windows import StoredEntries, entry_facts, path_stored_bytes
+from sessions_app.store.windows import StoredEntries, entry_facts, path_bytes
 
 # The file export reads a session's turns this many at a time: its memory is that of these
 # turns and of the path their requests share.
@@ -96,12 +96,16 @@ class KeptPaths:
                 found = kept_path, kept_bytes
             elif depth is not None:
                 cap = budget - kept_bytes
-                below = path_stored_bytes(reader.session_id, leaf_id, min_depth=depth + 1, cap=cap)
+                below = path_bytes(
+                    reader.session_id, leaf_id, min_depth=depth + 1, cap=cap, measure="stored"
+                )
                 tail = reader.path(leaf_id, depth + 1) if below <= cap else []
                 if tail and tail[0].parent_id == last.id:
                     found = kept_path + tail, kept_bytes + below
         if found is None:
-            size = path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget)
+            size = path_bytes(
+                reader.session_id, leaf_id, min_depth=top, cap=budget, measure="stored"
+            )
             if size > budget:
                 return None
             found = reader.path(leaf_id, top), size
@@ -163,7 +167,7 @@ def read_window(
 ) -> list[EntryRecord] | None:
     """The path from depth `top` down to `leaf_id`, or None (nothing read) when its entries
     hold more than `budget` bytes of stored data."""
-    if path_stored_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget) > budget:
+    if path_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget, measure="stored") > budget:
         return None
     return reader.path(leaf_id, top)
 

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from sessions_app.errors import DomainError
+from sessions_app.store.windows import path_bytes
 
 
 class ReadTooLarge(DomainError):
@@ -37,33 +38,10 @@ def megabytes(size: int) -> str:
 
 def path_over(session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int, max_bytes: int) -> bool:
     """Whether the entries of the path from `leaf_id` up to depth `min_depth` hold more than
-    `max_bytes` of data. The walk stops at the entry that passes (and each step goes to a
-    shallower entry, so no malformed parent link makes it loop); each step is one key
-    lookup, for the reason `store.PATH_CTE` gives."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            WITH RECURSIVE walk AS (
-                SELECT e.parent_id, e.depth, octet_length(e.data::text)::bigint AS total
-                FROM sessions_app_entry e
-                WHERE e.session_id = %(s)s AND e.entry_id = %(leaf)s
-                UNION ALL
-                SELECT up.parent_id, up.depth, walk.total + up.size
-                FROM walk CROSS JOIN LATERAL (
-                    SELECT e.parent_id, e.depth, octet_length(e.data::text) AS size
-                    FROM sessions_app_entry e
-                    WHERE e.session_id = %(s)s AND e.entry_id = walk.parent_id
-                      AND e.depth < walk.depth AND e.depth >= %(min_depth)s
-                    LIMIT 1
-                ) up
-                WHERE walk.total <= %(max)s
-            )
-            SELECT max(total) FROM walk
-            """,
-            {"s": str(session_id), "leaf": leaf_id, "min_depth": min_depth, "max": max_bytes},
-        )
-        row = cur.fetchone()
-    return bool(row and row[0] is not None and row[0] > max_bytes)
+    `max_bytes` of data as JSON text (`store.windows.path_bytes`, which stops at the entry
+    that passes)."""
+    total = path_bytes(session_id, leaf_id, min_depth=min_depth, cap=max_bytes, measure="text")
+    return total > max_bytes
 
 
 def entries_over(session_id: uuid.UUID | str, *, as_of_seq: int, max_bytes: int) -> bool:

@@ -66,25 +66,32 @@ def _facts(sql: str, params: list[Any]) -> LeafFacts | None:
     return LeafFacts(*row) if row else None
 
 
-def path_stored_bytes(
-    session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int, cap: int
+# How a path's bytes are counted: its data as JSON text (what an answer holding it would
+# hold), or as stored (`pg_column_size`: what the rows hold, no value read or decoded).
+_SIZES = {"text": "octet_length(e.data::text)", "stored": "pg_column_size(e.data)"}
+
+
+def path_bytes(
+    session_id: uuid.UUID | str, leaf_id: str, *, min_depth: int, cap: int, measure: str
 ) -> int:
-    """The stored size of the entries' data on the path from `leaf_id` up to depth
-    `min_depth` (`pg_column_size`: what the rows hold, read without decoding any value),
-    summed as `selectors.ceilings.path_over` walks the path: once past `cap` the walk
-    stops, and the sum it returns is past `cap` too. 0 for a leaf the session lacks."""
+    """The bytes of the entries' data on the path from `leaf_id` up to depth `min_depth`,
+    counted as `measure` says (`_SIZES`). The walk stops at the entry that passes `cap`,
+    so the sum it returns is then past `cap` too (and costs at most that many bytes' worth
+    of rows); each step goes to a shallower entry, so no malformed parent link makes it
+    loop, and each is one key lookup, for the reason `store.PATH_CTE` gives. 0 for a leaf
+    the session lacks."""
+    size = _SIZES[measure]
     with connection.cursor() as cur:
         cur.execute(
-            """
+            f"""
             WITH RECURSIVE walk AS (
-                SELECT e.parent_id, e.depth, pg_column_size(e.data)::bigint AS total
+                SELECT e.parent_id, e.depth, ({size})::bigint AS total
                 FROM sessions_app_entry e
                 WHERE e.session_id = %(s)s AND e.entry_id = %(leaf)s
-                  AND e.depth >= %(min_depth)s
                 UNION ALL
                 SELECT up.parent_id, up.depth, walk.total + up.size
                 FROM walk CROSS JOIN LATERAL (
-                    SELECT e.parent_id, e.depth, pg_column_size(e.data) AS size
+                    SELECT e.parent_id, e.depth, {size} AS size
                     FROM sessions_app_entry e
                     WHERE e.session_id = %(s)s AND e.entry_id = walk.parent_id
                       AND e.depth < walk.depth AND e.depth >= %(min_depth)s
