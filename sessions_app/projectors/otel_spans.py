@@ -91,10 +91,9 @@ class KeptPaths:
         if kept is not None and kept[0] == top and kept[1]:
             _, kept_path, kept_bytes = kept
             last = kept_path[-1]
-            depth = reader.depth(last.id) if leaf_id != last.id else None
             if leaf_id == last.id:
                 found = kept_path, kept_bytes
-            elif depth is not None:
+            elif (depth := reader.depth(last.id)) is not None:
                 cap = budget - kept_bytes
                 below = path_bytes(
                     reader.session_id, leaf_id, min_depth=depth + 1, cap=cap, measure="stored"
@@ -103,12 +102,9 @@ class KeptPaths:
                 if tail and tail[0].parent_id == last.id:
                     found = kept_path + tail, kept_bytes + below
         if found is None:
-            size = path_bytes(
-                reader.session_id, leaf_id, min_depth=top, cap=budget, measure="stored"
-            )
-            if size > budget:
+            found = _read_within(reader, leaf_id, top, budget)
+            if found is None:
                 return None
-            found = reader.path(leaf_id, top), size
         self._keep(key, top, *found)
         return found[0]
 
@@ -167,9 +163,16 @@ def read_window(
 ) -> list[EntryRecord] | None:
     """The path from depth `top` down to `leaf_id`, or None (nothing read) when its entries
     hold more than `budget` bytes of stored data."""
-    if path_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget, measure="stored") > budget:
-        return None
-    return reader.path(leaf_id, top)
+    found = _read_within(reader, leaf_id, top, budget)
+    return found[0] if found is not None else None
+
+
+def _read_within(
+    reader: StoredEntries, leaf_id: str, top: int, budget: int
+) -> tuple[list[EntryRecord], int] | None:
+    """`read_window`'s path and its stored bytes, summed in the database before it is read."""
+    size = path_bytes(reader.session_id, leaf_id, min_depth=top, cap=budget, measure="stored")
+    return (reader.path(leaf_id, top), size) if size <= budget else None
 
 
 def agent_name(preset: Any) -> str:
